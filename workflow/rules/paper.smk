@@ -1,0 +1,1 @@
+# Placeholder-free stub: the paper stage renders the results book once other stages register targets.
