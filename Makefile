@@ -1,0 +1,30 @@
+# Two entry points for a fresh machine that has Python 3.11 and pip (see README):
+#   make reproduce   set up .venv, then `snakemake --cores all` (render every table/figure from committed results)
+#   make test        set up .venv, then the whole CPU test suite
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup reproduce test lint clean-venv
+
+$(BIN)/lethe: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Lethe needs CPython 3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(BIN)/lethe
+
+setup: $(BIN)/lethe
+
+reproduce: setup
+	$(BIN)/snakemake --cores all
+
+test: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu" tests
+
+lint: setup
+	$(BIN)/ruff check src tests kernels workflow/scripts
+	$(BIN)/snakemake --lint
+
+clean-venv:
+	rm -rf $(VENV)
