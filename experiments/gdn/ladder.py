@@ -1,0 +1,280 @@
+"""The GDN verification ladder: correctness first, one rung at a time, into results/gdn/ladder.json.
+
+Rungs (each reports the worst relative error per tensor, err = max|x - ref| / max|ref|):
+
+1. tile spec-pins   -- a kernel's tile math against float64 of the *same* tile: the triangular inverse T of
+                       the WY kernel against a float64 solve of the float32 tile, plus structural exactness
+                       (strict upper triangle exactly 0, diagonal exactly 1, the stored first-chunk state a
+                       bit-exact copy of the initial state).
+2. per stage        -- every Triton intermediate (T, W, S_n, delta, o; dS_n, d delta; all gradients) against
+                       the float64 PyTorch chunked reference fed the same rounded inputs.
+3. end to end       -- bf16 / fp16 inputs, d_k = 128, chunk 64, d_v in {64, 128}, several lengths: output and
+                       every gradient of ``chunk_family(..., backend="triton")`` against the float64 oracle
+                       (the recurrent loop, autograd), with the paper's 5e-3 pin.
+4. vs fla           -- against fla's chunk ops where fla is importable (optional; recorded as skipped if not).
+
+The oracle receives the low-precision inputs upcast to float64, so the errors measure the kernels, not the
+input quantisation. ``--cpu-smoke`` runs every rung at tiny float32 sizes on the Triton interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+PIN_E2E = 5e-3  # the paper's end-to-end pin
+PIN_TILE = 1e-5  # float32 tile vs float64 of the same tile
+GRAD_NAMES = ("dq", "dk", "dv", "dg", "db", "dw")
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.detach().double(), ref.detach().double()
+    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
+
+
+def make_inputs(B, T, H, K, V, seed, device, member="gdn"):
+    """float64 master inputs: L2-normalised keys, log-decays logsigmoid(x+2) (chunk-local sums stay far above the
+    float32 floor of the factored decay), erase in [0, 2], write and beta in [0, 1]."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
+    u = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)
+    q = r(B, T, H, K)
+    k = F.normalize(r(B, T, H, K), dim=-1)
+    v = r(B, T, H, V)
+    g = F.logsigmoid(r(B, T, H) + 2.0) if member == "ssd" else F.logsigmoid(r(B, T, H, K) + 2.0)
+    b = 2.0 * u(B, T, H, K)
+    w = u(B, T, H, V)
+    beta = u(B, T, H)
+    do = r(B, T, H, V)
+    return {n: x.to(device) for n, x in dict(q=q, k=k, v=v, g=g, b=b, w=w, beta=beta, do=do).items()}
+
+
+def member_args(member, x):
+    names = ["q", "k", "v"] + (["g"] if member != "la" else []) + (["b"] if member in ("kda", "gdn") else []) + (
+        ["w"] if member == "gdn" else [])
+    src = dict(x)
+    if member == "kda":
+        src["b"] = x["beta"]
+    return names, src
+
+
+def rung_tile(device, K, V, C, T, seed, smoke):
+    from kernels.gdn import chunked
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    x = make_inputs(1, T, 2, K, V, seed, "cpu")
+    f32 = {n: t.float().to(device) for n, t in x.items()}
+    S0 = torch.randn(1, 2, K, V, generator=torch.Generator().manual_seed(seed + 1)).to(device)
+    _, _, ctx = triton_chunk_fwd(f32["q"], f32["k"], f32["v"], f32["g"], f32["b"], f32["w"], chunk=C,
+                                 initial_state=S0)
+    # float64 of the same tile: the float32 inputs upcast, solved in float64
+    _, T64 = chunked.wy_intra(f32["k"].double().cpu(), f32["g"].double().cpu(), f32["b"].double().cpu(), chunk=C)
+    Tm = ctx["Tm"].cpu()
+    err = rel_err(Tm, T64)
+    upper_zero = bool(torch.equal(Tm.triu(1), torch.zeros_like(Tm)))
+    diag_one = bool(torch.equal(Tm.diagonal(dim1=-2, dim2=-1), torch.ones(Tm.shape[:-1])))
+    h0_exact = bool(torch.equal(ctx["Hs"][:, :, 0].cpu(), S0.cpu()))
+    return {
+        "rung": "tile", "tile": "wy_triangular_inverse", "K": K, "V": V, "chunk": C, "T": T,
+        "worst_rel_err": err, "pin": PIN_TILE, "pass": err <= PIN_TILE and upper_zero and diag_one and h0_exact,
+        "exact": {"strict_upper_is_zero": upper_zero, "diagonal_is_one": diag_one, "h0_is_initial_state": h0_exact},
+    }
+
+
+def rung_stage(device, K, V, C, T, dtype, seed):
+    """Triton intermediates against the float64 chunked reference on the same rounded inputs."""
+    from kernels.gdn import chunked
+    from kernels.gdn.triton_bwd import triton_chunk_bwd
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    x = make_inputs(1, T, 2, K, V, seed, device)
+    low = {n: t.to(dtype) for n, t in x.items()}
+    ref64 = {n: t.double() for n, t in low.items()}
+    o_r, S_r, c_r = chunked.chunk_fwd(ref64["q"], ref64["k"], ref64["v"], ref64["g"], ref64["b"], ref64["w"], chunk=C)
+    g_r = chunked.chunk_bwd(ref64["do"], c_r)
+    do_c = chunked._to_chunks(ref64["do"], C, torch.float64)
+    dSn_r, dd_r, _ = chunked.reverse_state_scan(do_c, c_r)
+    o_t, S_t, c_t = triton_chunk_fwd(low["q"], low["k"], low["v"], low["g"], low["b"], low["w"], chunk=C)
+    g_t = triton_chunk_bwd(low["do"], c_t)
+    B, H, TP, _ = c_t["qi"].shape
+    NT = TP // C
+    chunks = lambda t, D: t.reshape(B, H, NT, C, D)
+    errs = {
+        "T": rel_err(c_t["Tm"], c_r["Tm"]),
+        "W": rel_err(chunks(c_t["Wi"], K), c_r["Wm"]),
+        "S_n": rel_err(c_t["Hs"], c_r["Hs"]),
+        "delta": rel_err(chunks(c_t["Di"], V), c_r["delta"]),
+        "o": rel_err(o_t, o_r),
+        "S_final": rel_err(S_t, S_r),
+    }
+    errs["dS_n"] = rel_err(c_t["bwd_dSn"], dSn_r)
+    errs["d_delta"] = rel_err(chunks(c_t["bwd_ddelta"], V), dd_r)
+    for name, got, ref in zip(GRAD_NAMES, g_t[:6], g_r[:6], strict=True):
+        errs[name] = rel_err(got, ref)
+    return {"rung": "stage", "dtype": str(dtype).replace("torch.", ""), "K": K, "V": V, "chunk": C, "T": T,
+            "errors": errs, "worst_rel_err": max(errs.values()), "worst_tensor": max(errs, key=errs.get)}
+
+
+def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2):
+    from kernels.gdn import reference as R
+    from kernels.gdn.autograd import chunk_family
+
+    x = make_inputs(1, T, H, K, V, seed, device, member)
+    names, src = member_args(member, x)
+    low = {n: src[n].to(dtype) for n in names}
+    do = x["do"].to(dtype)
+    ref_leaves = {n: low[n].double().requires_grad_() for n in names}
+    ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
+    ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
+    leaves = {n: low[n].clone().requires_grad_() for n in names}
+    t0 = time.time()
+    o, _ = chunk_family(member=member, backend="triton", chunk=C, **leaves)
+    got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
+    elapsed = time.time() - t0
+    errs = {"o": rel_err(o, ref)}
+    for n, a, r in zip(names, got, ref_grads, strict=True):
+        errs["d" + n] = rel_err(a, r)
+    worst = max(errs.values())
+    return {"rung": "e2e", "member": member, "dtype": str(dtype).replace("torch.", ""), "K": K, "V": V, "chunk": C,
+            "T": T, "H": H, "errors": errs, "worst_rel_err": worst, "worst_tensor": max(errs, key=errs.get),
+            "pin": PIN_E2E, "pass": bool(worst <= PIN_E2E and all(map(lambda e: e == e, errs.values()))),
+            "seconds_incl_compile": round(elapsed, 3)}
+
+
+def rung_fla(device, K, V, T, dtype, seed, budget_s):
+    """fla's chunk ops (forward, and backward where it runs) against the same float64 oracle."""
+    try:
+        from fla.ops.gdn2 import chunk_gdn2  # noqa: F401
+    except Exception as exc:  # fla is optional and not on the GPU image
+        return [{"rung": "fla", "status": "skipped", "reason": f"fla not importable: {type(exc).__name__}: {exc}"}]
+    import fla
+    from fla.ops.gdn2 import chunk_gdn2
+    from fla.ops.gla import chunk_gla
+    from fla.ops.kda import chunk_kda
+    from fla.ops.simple_gla import chunk_simple_gla
+
+    from kernels.gdn import reference as R
+
+    ops = {
+        "la": lambda a: chunk_simple_gla(a["q"], a["k"], a["v"], g=None),
+        "gla": lambda a: chunk_gla(a["q"], a["k"], a["v"], a["g"]),
+        "ssd": lambda a: chunk_simple_gla(a["q"], a["k"], a["v"], g=a["g"]),
+        "kda": lambda a: chunk_kda(a["q"], a["k"], a["v"], a["g"], a["b"]),
+        "gdn": lambda a: chunk_gdn2(a["q"], a["k"], a["v"], a["g"], a["b"], a["w"]),
+    }
+    rows = []
+    start = time.time()
+    for member, op in ops.items():
+        if time.time() - start > budget_s:
+            rows.append({"rung": "fla", "member": member, "status": "skipped", "reason": "time budget"})
+            continue
+        x = make_inputs(1, T, 2, K, V, seed, device, member)
+        names, src = member_args(member, x)
+        low = {n: src[n].to(dtype) for n in names}
+        do = x["do"].to(dtype)
+        ref_leaves = {n: low[n].double().requires_grad_() for n in names}
+        ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
+        ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
+        row = {"rung": "fla", "member": member, "dtype": str(dtype).replace("torch.", ""), "K": K, "V": V, "T": T,
+               "fla_version": getattr(fla, "__version__", None)}
+        leaves = {n: low[n].clone().requires_grad_() for n in names}
+        try:
+            o, _ = op(leaves)
+            row["errors"] = {"o": rel_err(o, ref)}
+        except Exception as exc:
+            row.update(status="error", reason=f"forward: {type(exc).__name__}: {str(exc)[:300]}")
+            rows.append(row)
+            continue
+        try:
+            got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
+            for n, a, r in zip(names, got, ref_grads, strict=True):
+                row["errors"]["d" + n] = rel_err(a, r)
+            row["status"] = "ok"
+        except Exception as exc:
+            row.update(status="forward_only", reason=f"backward: {type(exc).__name__}: {str(exc)[:300]}")
+        row["worst_rel_err"] = max(row["errors"].values())
+        rows.append(row)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-smoke", action="store_true", help="tiny float32 sizes on the Triton interpreter")
+    ap.add_argument("--out", default=str(ROOT / "results" / "gdn"))
+    ap.add_argument("--lengths", default="256,1024,4096")
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--fla-budget-s", type=float, default=240.0)
+    args = ap.parse_args(argv)
+
+    if args.cpu_smoke:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        device, K, dvs, C, lengths, dtypes = "cpu", 16, (16, 32), 16, (32, 48), (torch.float32,)
+        member_T = 32
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("the full ladder needs a CUDA GPU; use --cpu-smoke on the CPU")
+        device, K, dvs, C, dtypes = "cuda", 128, (64, 128), 64, (torch.bfloat16, torch.float16)
+        lengths = tuple(int(t) for t in args.lengths.split(","))
+        member_T = 1024
+    from kernels.gdn.reference import MEMBERS
+
+    t_start = time.time()
+    rows = []
+    for V in dvs:
+        rows.append(rung_tile(device, K, V, C, 2 * C, args.seed, args.cpu_smoke))
+        print("tile", rows[-1]["worst_rel_err"], rows[-1]["pass"], flush=True)
+    for dtype in dtypes:
+        for V in dvs:
+            rows.append(rung_stage(device, K, V, C, lengths[0], dtype, args.seed))
+            print("stage", dtype, V, rows[-1]["worst_tensor"], rows[-1]["worst_rel_err"], flush=True)
+    for dtype in dtypes:
+        for V in dvs:
+            for T in lengths:
+                rows.append(rung_e2e(device, "gdn", K, V, C, T, dtype, args.seed))
+                print("e2e gdn", dtype, V, T, rows[-1]["worst_tensor"], rows[-1]["worst_rel_err"], flush=True)
+            for member in MEMBERS:
+                if member == "gdn":
+                    continue
+                rows.append(rung_e2e(device, member, K, V, C, member_T, dtype, args.seed))
+                print("e2e", member, dtype, V, rows[-1]["worst_tensor"], rows[-1]["worst_rel_err"], flush=True)
+    if args.cpu_smoke:
+        rows.append({"rung": "fla", "status": "skipped", "reason": "cpu smoke"})
+    else:
+        rows.extend(rung_fla(device, K, 128, 1024, torch.bfloat16, args.seed, args.fla_budget_s))
+    e2e = [r for r in rows if r["rung"] == "e2e"]
+    summary = {
+        "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
+        "tile_all_pass": all(r["pass"] for r in rows if r["rung"] == "tile"),
+        "stage_worst": max(r["worst_rel_err"] for r in rows if r["rung"] == "stage"),
+        "e2e_worst": max(r["worst_rel_err"] for r in e2e),
+        "e2e_worst_arm": max(e2e, key=lambda r: r["worst_rel_err"]),
+        "e2e_pass": sum(r["pass"] for r in e2e),
+        "e2e_arms": len(e2e),
+        "e2e_worst_per_member": {m: max(r["worst_rel_err"] for r in e2e if r["member"] == m) for m in MEMBERS},
+        "seconds": round(time.time() - t_start, 1),
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "ladder_smoke.json" if args.cpu_smoke else "ladder.json"
+    (out / name).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1, sort_keys=True) + "\n")
+    from lethe import provenance
+
+    provenance.write(out / name.replace(".json", ".provenance.json"), experiment="gdn_ladder",
+                     pins={"e2e": PIN_E2E, "tile": PIN_TILE})
+    print(json.dumps(summary, indent=1, sort_keys=True))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

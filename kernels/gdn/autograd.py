@@ -1,0 +1,93 @@
+"""One autograd.Function and one entry point for the five family members.
+
+``chunk_family(q, k, v, g, b, w, member=..., backend=...)`` maps a member's own gates onto the general
+recurrence (see :func:`kernels.gdn.reference.gates_for_member` for the per-member conventions), then runs the
+chunked forward and the explicit chunked backward of the chosen backend:
+
+* ``"torch"``  -- :mod:`kernels.gdn.chunked` (any device; the float32 reference path of the training runs);
+* ``"triton"`` -- :mod:`kernels.gdn.triton_fwd` / :mod:`kernels.gdn.triton_bwd` (CUDA, or the CPU interpreter
+  when ``TRITON_INTERPRET=1``);
+* ``"native"`` -- a native backward registered by another module under ``kernels.gdn.NATIVE_BACKENDS``;
+  refused with an explicit error when none is registered;
+* ``"auto"``   -- triton on CUDA tensors, torch otherwise.
+
+Members that never erase (LA, GLA, SSD) pass ``b=None`` down, so the triangular solve is skipped (T = I).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import chunked
+from .reference import MEMBERS, gates_for_member
+
+BACKENDS = ("auto", "torch", "triton", "native")
+NATIVE_BACKENDS: dict[str, object] = {}
+
+
+def _resolve_backend(backend: str, q: torch.Tensor) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
+    if backend == "auto":
+        return "triton" if (q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") else "torch"
+    return backend
+
+
+class ChunkGDNFunction(torch.autograd.Function):
+    """Chunked forward + explicit chunked backward of the general recurrence (one Function for all members)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision):
+        if backend == "torch":
+            o, S, saved = chunked.chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state)
+        elif backend == "triton":
+            from .triton_fwd import triton_chunk_fwd
+
+            o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
+        elif backend == "native":
+            if not NATIVE_BACKENDS:
+                raise NotImplementedError("no native GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
+            impl = NATIVE_BACKENDS["default"]
+            o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
+        else:  # pragma: no cover - resolved before
+            raise ValueError(backend)
+        ctx.saved = saved
+        ctx.backend = backend
+        ctx.has_b = b is not None
+        ctx.has_init = initial_state is not None
+        return o, S
+
+    @staticmethod
+    def backward(ctx, do, dS):
+        saved = ctx.saved
+        if ctx.backend == "torch":
+            grads = chunked.chunk_bwd(do, saved, dS)
+        elif ctx.backend == "triton":
+            from .triton_bwd import triton_chunk_bwd
+
+            grads = triton_chunk_bwd(do, saved, dS)
+        else:
+            grads = NATIVE_BACKENDS["default"].backward(do, saved, dS)
+        dq, dk, dv, dg, db, dw, dinit = grads
+        ctx.saved = None
+        return dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None), None, None, None, None
+
+
+def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
+                 output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
+                 dot_precision: str = "ieee"):
+    """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
+
+    Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
+    KDA g[B,T,H,K] and beta passed as b[B,T,H] (w ignored); GDN g[B,T,H,K] (or [B,T,H]), b[B,T,H,K], w[B,T,H,V].
+    Gradients flow back to the member's own gate tensors through the broadcasts.
+    """
+    if member not in MEMBERS:
+        raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
+    gf, bf, wf = gates_for_member(member, q, v, g, b, w)
+    be = _resolve_backend(backend, q)
+    o, S = ChunkGDNFunction.apply(q, k, v, gf.contiguous(), None if bf is None else bf.contiguous(),
+                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision)
+    return o, (S if output_final_state else None)

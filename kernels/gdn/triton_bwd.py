@@ -1,0 +1,155 @@
+"""Triton backward of the chunked WY form: the reverse-time state scan and the per-chunk WY / triangular VJP.
+
+1. ``state_bwd_kernel`` (grid B*H x V-blocks): walks the chunks in reverse carrying dS in float32 registers;
+   per chunk stores dS_C (the gradient at the chunk's end state), d delta = P^T dO + Kend dS, and updates
+   dS <- (q*Gamma)^T dO + Diag(Gamma_C) dS - W^T d delta. The final dS is the initial-state gradient.
+2. ``intra_bwd_kernel`` (grid B*H x N): everything that is local to one chunk, with the full V width in
+   registers: dP = tril(dO delta^T), d(q*Gamma) = dO S^T, dKend = delta dS_C^T, the WY VJP dW = -d delta S^T,
+   dT = dW X^T + d delta U^T, dX = T^T dW, dU = T^T d delta, the triangular-inverse VJP dA = -T^T dT T^T, and
+   the factored pairwise products back to dq, dk, de and d gamma.
+
+The wrapper finishes with elementwise torch: d gamma -> dg by a reverse cumulative sum inside each chunk,
+db = de * k, dk += de * b, dv = dU * w, dw = dU * v.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from .triton_fwd import from_internal, to_internal
+
+
+@triton.jit
+def state_bwd_kernel(q_ptr, k_ptr, gam_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, DD_ptr, DS0_ptr, scale, NT: tl.constexpr,
+                     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
+                     BV: tl.constexpr, HAS_ERASE: tl.constexpr, HAS_DSF: tl.constexpr, PREC: tl.constexpr):
+    bh = tl.program_id(0)
+    TP = NT * C
+    iv = tl.program_id(1)
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = iv * BV + tl.arange(0, BV)
+    offS = bh * K * V + ck[:, None] * V + cv[None, :]
+    if HAS_DSF:
+        dS = tl.load(DSF_ptr + offS)
+    else:
+        dS = tl.zeros([K, BV], dtype=tl.float32)
+    for i in range(NT):
+        n = NT - 1 - i
+        tl.store(DSN_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :], dS)
+        offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+        gam = tl.load(gam_ptr + offk)
+        k = tl.load(k_ptr + offk)
+        Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
+        Kg = k * tl.exp(-gam)
+        gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+        Kend = k * tl.exp(gamC[None, :] - gam)
+        P = tl.dot(Qg, tl.trans(Kg), input_precision=PREC)
+        P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
+        do = tl.load(DO_ptr + offv)
+        dd = tl.dot(tl.trans(P), do, input_precision=PREC) + tl.dot(Kend, dS, input_precision=PREC)
+        tl.store(DD_ptr + offv, dd)
+        dS = tl.exp(gamC)[:, None] * dS + tl.dot(tl.trans(Qg), do, input_precision=PREC)
+        if HAS_ERASE:
+            dS = dS - tl.dot(tl.trans(tl.load(W_ptr + offk)), dd, input_precision=PREC)
+    tl.store(DS0_ptr + offS, dS)
+
+
+@triton.jit
+def intra_bwd_kernel(q_ptr, k_ptr, gam_ptr, e_ptr, u_ptr, T_ptr, H_ptr, D_ptr, DSN_ptr, DD_ptr, DO_ptr,
+                     DQ_ptr, DK_ptr, DE_ptr, DU_ptr, DG_ptr, scale,
+                     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, HAS_ERASE: tl.constexpr, PREC: tl.constexpr):
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    TP = NT * C
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = tl.arange(0, V)
+    offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+    offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+    offS = (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]
+    gam = tl.load(gam_ptr + offk)
+    k = tl.load(k_ptr + offk)
+    Gam = tl.exp(gam)
+    Qg = tl.load(q_ptr + offk) * scale * Gam
+    Kg = k * tl.exp(-gam)
+    gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+    expK = tl.exp(gamC[None, :] - gam)
+    Kend = k * expK
+    S = tl.load(H_ptr + offS)
+    dSn = tl.load(DSN_ptr + offS)
+    d = tl.load(D_ptr + offv)
+    dd = tl.load(DD_ptr + offv)
+    do = tl.load(DO_ptr + offv)
+    dP = tl.dot(do, tl.trans(d), input_precision=PREC)
+    dP = tl.where(rows[:, None] >= rows[None, :], dP, 0.0)
+    dQg = tl.dot(do, tl.trans(S), input_precision=PREC) + tl.dot(dP, Kg, input_precision=PREC)
+    dKg = tl.dot(tl.trans(dP), Qg, input_precision=PREC)
+    dKend = tl.dot(d, tl.trans(dSn), input_precision=PREC)
+    dgamC = tl.sum(dKend * Kend, 0) + tl.sum(S * dSn, 1) * tl.exp(gamC)
+    dgam = dQg * Qg - dKend * Kend
+    if HAS_ERASE:
+        e = tl.load(e_ptr + offk)
+        u = tl.load(u_ptr + offv)
+        Xe = e * Gam
+        Tm = tl.load(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :])
+        TmT = tl.trans(Tm)
+        dW = -tl.dot(dd, tl.trans(S), input_precision=PREC)
+        dT = tl.dot(dW, tl.trans(Xe), input_precision=PREC) + tl.dot(dd, tl.trans(u), input_precision=PREC)
+        dXe = tl.dot(TmT, dW, input_precision=PREC)
+        du = tl.dot(TmT, dd, input_precision=PREC)
+        dA = -tl.dot(tl.dot(TmT, dT, input_precision=PREC), TmT, input_precision=PREC)
+        dA = tl.where(rows[:, None] > rows[None, :], dA, 0.0)
+        dXe += tl.dot(dA, Kg, input_precision=PREC)
+        dKg += tl.dot(tl.trans(dA), Xe, input_precision=PREC)
+        dgam += dXe * Xe
+        tl.store(DE_ptr + offk, dXe * Gam)
+    else:
+        du = dd
+    dgam -= dKg * Kg
+    dgam = tl.where(rows[:, None] == C - 1, dgam + dgamC[None, :], dgam)
+    tl.store(DQ_ptr + offk, dQg * Gam * scale)
+    tl.store(DK_ptr + offk, dKg * tl.exp(-gam) + dKend * expK)
+    tl.store(DU_ptr + offv, du)
+    tl.store(DG_ptr + offk, dgam)
+
+
+def triton_chunk_bwd(do, ctx, dS_final=None):
+    """Backward on the Triton kernels from the ctx of :func:`triton_chunk_fwd`; same return as ``chunk_bwd``."""
+    qi, ki, gam = ctx["qi"], ctx["ki"], ctx["gam"]
+    B, H, TP, K = qi.shape
+    V = ctx["ui"].shape[-1]
+    C, NT, T, BV, s, prec = ctx["C"], ctx["NT"], ctx["T"], ctx["BV"], ctx["scale"], ctx["prec"]
+    has_erase = ctx["Tm"] is not None
+    doi = to_internal(do, C)
+    dSn = torch.empty_like(ctx["Hs"])
+    dd = torch.empty_like(doi)
+    dS0 = torch.empty(B, H, K, V, device=qi.device, dtype=torch.float32)
+    dSF = dS_final.float().contiguous() if dS_final is not None else dS0
+    W = ctx["Wi"] if has_erase else ki
+    state_bwd_kernel[(B * H, V // BV)](qi, ki, gam, W, doi, dSF, dSn, dd, dS0, s, NT=NT, K=K, V=V, C=C,
+                                       BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec)
+    dq, dk, dgam = torch.empty_like(qi), torch.empty_like(qi), torch.empty_like(qi)
+    de = torch.empty_like(qi) if has_erase else None
+    du = torch.empty_like(doi)
+    e = ctx["ei"] if has_erase else ki
+    Tm = ctx["Tm"] if has_erase else ki
+    intra_bwd_kernel[(B * H, NT)](qi, ki, gam, e, ctx["ui"], Tm, ctx["Hs"], ctx["Di"], dSn, dd, doi,
+                                  dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C,
+                                  HAS_ERASE=has_erase, PREC=prec, num_warps=8)
+    ctx["bwd_dSn"], ctx["bwd_ddelta"] = dSn, dd  # kept for the ladder's per-stage rung
+    dg = dgam.reshape(B, H, NT, C, K).flip(-2).cumsum(-2).flip(-2).reshape(B, H, TP, K)
+    if has_erase:
+        db = de * ki
+        dk = dk + de * ctx["bi"]
+    else:
+        db = None
+    dv, dw = du * ctx["wi"], du * ctx["vi"]
+    dt = ctx["dtype"]
+    out = [from_internal(x, T, dt) for x in (dq, dk, dv, dg)]
+    out.append(None if db is None else from_internal(db, T, dt))
+    out.append(from_internal(dw, T, dt))
+    out.append(dS0.to(ctx["init_dtype"]) if ctx["has_init"] else None)
+    return tuple(out)

@@ -1,0 +1,183 @@
+"""Triton forward of the chunked WY form: three kernels, one per stage of :mod:`kernels.gdn.chunked`.
+
+1. ``wy_fwd_kernel`` (grid B*H x N): A = strict_tril((e*Gamma)(k/Gamma)^T), its unit-lower-triangular inverse
+   T = (I + A)^{-1} by row-wise forward substitution in registers, then W = T (e*Gamma) and U~ = T (w*v).
+2. ``state_fwd_kernel`` (grid B*H x V-blocks): the sequential inter-chunk pass in float32: per chunk store S_n,
+   delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
+3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
+
+Conventions: all internal tensors are float32 in a ``[B, H, T_pad, D]`` layout; gamma is the chunk-local
+cumulative log-decay (computed in torch, a trivial stage). The pairwise decay exp(gamma_t - gamma_s) is factored
+as exp(gamma_t) * exp(-gamma_s) with gamma anchored at the chunk start, which is exact in real arithmetic but
+overflows float32 once a chunk's cumulative log-decay drops below about -80; the wrapper refuses such inputs
+rather than return inf/nan (use smaller chunks or the torch backend for extreme gates).
+
+Loop bounds are ``tl.constexpr`` under ``TRITON_INTERPRET=1`` so the kernels also run on the CPU interpreter
+(pitfall: runtime loop bounds fail there). Only the two scan kernels take the chunk count as a constant
+(one compile per sequence length); the others read it from their grid. K and V must be powers
+of two >= 16 (tl.dot tile minimum). Interpreter mode is trustworthy in float32 only.
+"""
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+GAMMA_FLOOR = -80.0
+
+
+@triton.jit
+def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
+                  K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    TP = NT * C
+    rows = tl.arange(0, C)
+    cols = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = tl.arange(0, V)
+    base_k = (bh * TP + n * C) * K
+    base_v = (bh * TP + n * C) * V
+    offk = base_k + rows[:, None] * K + ck[None, :]
+    offv = base_v + rows[:, None] * V + cv[None, :]
+    k = tl.load(k_ptr + offk)
+    e = tl.load(e_ptr + offk)
+    gam = tl.load(gam_ptr + offk)
+    u = tl.load(u_ptr + offv)
+    Xe = e * tl.exp(gam)
+    Kg = k * tl.exp(-gam)
+    A = tl.dot(Xe, tl.trans(Kg), input_precision=PREC)
+    A = tl.where(rows[:, None] > cols[None, :], A, 0.0)
+    # forward substitution: row i of T = e_i - sum_{j<i} A_ij T_j (rows j < i are already final)
+    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    for i in range(1, C):
+        a_i = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)  # row i of A, indexed by column j
+        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
+        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
+    tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + cols[None, :], Tm)
+    tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
+    tl.store(U_ptr + offv, tl.dot(Tm, u, input_precision=PREC))
+
+
+@triton.jit
+def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, NT: tl.constexpr,
+                     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
+                     BV: tl.constexpr, HAS_ERASE: tl.constexpr, HAS_INIT: tl.constexpr, PREC: tl.constexpr):
+    bh = tl.program_id(0)
+    TP = NT * C
+    iv = tl.program_id(1)
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = iv * BV + tl.arange(0, BV)
+    offS = bh * K * V + ck[:, None] * V + cv[None, :]
+    if HAS_INIT:
+        S = tl.load(S0_ptr + offS)
+    else:
+        S = tl.zeros([K, BV], dtype=tl.float32)
+    for n in range(NT):
+        tl.store(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :], S)
+        offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+        d = tl.load(U_ptr + offv)
+        if HAS_ERASE:
+            d = d - tl.dot(tl.load(W_ptr + offk), S, input_precision=PREC)
+        tl.store(D_ptr + offv, d)
+        k = tl.load(k_ptr + offk)
+        gam = tl.load(gam_ptr + offk)
+        gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+        Kend = k * tl.exp(gamC[None, :] - gam)
+        S = tl.exp(gamC)[:, None] * S + tl.dot(tl.trans(Kend), d, input_precision=PREC)
+    tl.store(SF_ptr + offS, S)
+
+
+@triton.jit
+def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
+                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    TP = NT * C
+    iv = tl.program_id(2)
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = iv * BV + tl.arange(0, BV)
+    offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+    offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+    gam = tl.load(gam_ptr + offk)
+    Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
+    Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
+    P = tl.dot(Qg, tl.trans(Kg), input_precision=PREC)
+    P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
+    S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
+    d = tl.load(D_ptr + offv)
+    o = tl.dot(Qg, S, input_precision=PREC) + tl.dot(P, d, input_precision=PREC)
+    tl.store(O_ptr + offv, o)
+
+
+def to_internal(x: torch.Tensor, C: int) -> torch.Tensor:
+    """[B, T, H, D] (any float dtype) -> contiguous float32 [B, H, T_pad, D], zero-padded to a chunk multiple."""
+    B, T, H, D = x.shape
+    pad = (-T) % C
+    x = x.float()
+    if pad:
+        x = F.pad(x, (0, 0, 0, 0, 0, pad))
+    return x.transpose(1, 2).contiguous()
+
+
+def from_internal(x: torch.Tensor, T: int, dtype: torch.dtype) -> torch.Tensor:
+    return x[:, :, :T].transpose(1, 2).contiguous().to(dtype)
+
+
+def _check_dims(K: int, V: int, C: int) -> None:
+    for name, d in (("K", K), ("V", V), ("chunk", C)):
+        if d < 16 or d & (d - 1):
+            raise ValueError(f"the Triton path needs {name} a power of two >= 16, got {d}")
+
+
+def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="ieee",
+                     bv: int | None = None):
+    """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    C = chunk
+    _check_dims(K, V, C)
+    s = K**-0.5 if scale is None else float(scale)
+    qi, ki, gi = to_internal(q, C), to_internal(k, C), to_internal(g, C)
+    TP = qi.shape[2]
+    NT = TP // C
+    gam = gi.reshape(B, H, NT, C, K).cumsum(-2).reshape(B, H, TP, K).contiguous()
+    if gam.numel() and float(gam.min()) < GAMMA_FLOOR:
+        raise ValueError(
+            f"chunk-local cumulative log-decay reaches {float(gam.min()):.1f} < {GAMMA_FLOOR}: the factored "
+            "decay would overflow float32; use a smaller chunk or the torch backend"
+        )
+    ui = to_internal(w, C) * to_internal(v, C)
+    has_erase = b is not None
+    dev = q.device
+    if has_erase:
+        bi = to_internal(b, C)
+        ei = (bi * ki).contiguous()
+        Tm = torch.empty(B, H, NT, C, C, device=dev, dtype=torch.float32)
+        Wi = torch.empty_like(ki)
+        Ui = torch.empty_like(ui)
+        wy_fwd_kernel[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision)
+    else:
+        bi = ei = Tm = None
+        Wi, Ui = ki, ui  # W unused when HAS_ERASE is False
+    BV = bv or min(V, 64)
+    Hs = torch.empty(B, H, NT, K, V, device=dev, dtype=torch.float32)
+    Di = torch.empty_like(ui)
+    SF = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
+    S0 = initial_state.float().contiguous() if initial_state is not None else SF
+    state_fwd_kernel[(B * H, V // BV)](ki, gam, Wi, Ui, S0, Hs, Di, SF, NT=NT, K=K, V=V, C=C, BV=BV,
+                                       HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
+                                       PREC=dot_precision)
+    Oi = torch.empty_like(ui)
+    output_fwd_kernel[(B * H, NT, V // BV)](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV,
+                                            PREC=dot_precision)
+    ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=to_internal(v, C), wi=to_internal(w, C), bi=bi, ei=ei, Tm=Tm,
+               Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV,
+               dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision,
+               init_dtype=None if initial_state is None else initial_state.dtype)
+    return from_internal(Oi, T, q.dtype), SF, ctx

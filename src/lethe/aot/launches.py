@@ -1,0 +1,287 @@
+"""Record the Triton launches a candidate makes, then compile each launched kernel ahead of time for every target.
+
+RES-02 asks whether a candidate's kernels fit real hardware: the GPU it ran on, *and* the targets it claims
+(sm_90a, sm_100a) even when no such GPU is here. A Triton kernel's resource needs depend on how it is
+specialised at launch (dtypes, 16-byte alignment of pointers, integers equal to 1 or divisible by 16, constexpr
+meta-parameters, num_warps / num_stages / maxnreg), so compiling a ``@triton.jit`` function "in general" is not
+enough: we compile exactly what the candidate launched.
+
+How:
+
+1. :func:`record_launches` wraps ``JITFunction.run`` (what ``kernel[grid](...)`` and every autotuner / heuristics
+   wrapper end up calling) and ``Autotuner.run`` in the candidate's process. Each call is stored as a
+   :class:`LaunchRecord`: the arguments with every tensor replaced by a :class:`PointerArg` (dtype + whether its
+   address is 16-byte aligned, which is all the specialisation looks at, so no device memory is kept), plus the
+   autotuner's full config list when the kernel is autotuned. With ``execute=False`` nothing is launched and an
+   autotuner does not benchmark: its first config is pushed through the wrapper chain so heuristics still run,
+   which makes recording work on a CPU-only host as long as the candidate's Python can build its arguments.
+2. :func:`specialize` replays a record through Triton's *own* binder for a chosen ``GPUTarget`` (the same code
+   path ``JITFunction.run`` uses, minus the device), giving the signature, constexprs and attributes the JIT would
+   have compiled.
+3. :func:`res02_reports` compiles every launched kernel of the candidate for each target and each autotune config
+   it could have picked, and returns one :class:`~lethe.aot.triton_aot.ResourceReport` per compilation; judge
+   them with :func:`lethe.aot.limits.check` (or ``report.violations()``).
+
+Compiled, not executed: the reports describe binaries; none of them runs here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+import types
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from lethe.aot.triton_aot import (
+    ResourceReport,
+    _error_summary,
+    _ptxas_version,
+    report_from_compiled,
+    target_arch,
+    target_name,
+    unwrap_jit,
+)
+
+LAUNCH_OPTION_KEYS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+@dataclass(frozen=True)
+class PointerArg:
+    """A tensor argument reduced to what Triton's specialisation reads: element type and 16-byte alignment."""
+
+    dtype_name: str  # e.g. "bfloat16"
+    aligned16: bool = True
+
+    @property
+    def dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype_name)
+
+    def data_ptr(self) -> int:
+        return 256 if self.aligned16 else 8
+
+
+def describe(arg: Any) -> Any:
+    """``arg`` with tensors (anything with ``data_ptr()`` and ``dtype``) replaced by :class:`PointerArg`."""
+    if isinstance(arg, PointerArg):
+        return arg
+    if hasattr(arg, "data_ptr") and hasattr(arg, "dtype") and callable(arg.data_ptr):
+        return PointerArg(str(arg.dtype).replace("torch.", ""), arg.data_ptr() % 16 == 0)
+    if isinstance(arg, tuple) and not hasattr(arg, "_fields"):
+        return tuple(describe(a) for a in arg)
+    return arg
+
+
+@dataclass
+class LaunchRecord:
+    """One recorded launch of a ``@triton.jit`` function (arguments described, not kept)."""
+
+    jit: Any  # the JITFunction
+    args: tuple
+    kwargs: dict[str, Any]
+    configs: list[dict[str, Any]] | None = None  # the autotuner's configs (all_kwargs()), when autotuned
+
+    @property
+    def name(self) -> str:
+        fn = self.jit.fn
+        return f"{fn.__module__}.{fn.__qualname__}"
+
+
+@dataclass
+class _State:
+    records: list[LaunchRecord] = field(default_factory=list)
+    execute: bool = True
+    local: threading.local = field(default_factory=threading.local)
+
+
+def _launch_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    return {k: describe(v) for k, v in kwargs.items() if k not in ("grid", "warmup")}
+
+
+@contextlib.contextmanager
+def record_launches(execute: bool = True) -> Iterator[list[LaunchRecord]]:
+    """Record every Triton launch made inside the block; yields the (growing) list of :class:`LaunchRecord`.
+
+    ``execute=True`` (a candidate on a real GPU): launches and autotuning proceed as usual. ``execute=False``
+    (no GPU): nothing is launched, ``kernel[grid](...)`` returns None, autotuners do not benchmark.
+    Not re-entrant across threads' patches: use one recorder per process at a time.
+    """
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    state = _State(execute=execute)
+    orig_jit_run = JITFunction.run
+    orig_tuner_run = Autotuner.run
+
+    def jit_run(self, *args, grid, warmup, **kwargs):
+        if not warmup:
+            configs = getattr(state.local, "configs", None)
+            state.records.append(LaunchRecord(self, tuple(describe(a) for a in args), _launch_kwargs(kwargs),
+                                              configs=configs))
+        if not state.execute:
+            return None
+        return orig_jit_run(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+    def tuner_run(self, *args, **kwargs):
+        previous = getattr(state.local, "configs", None)
+        state.local.configs = [dict(c.all_kwargs()) for c in self.configs]
+        try:
+            if state.execute:
+                return orig_tuner_run(self, *args, **kwargs)
+            # No benchmarking without a device: push the first config through the rest of the wrapper chain
+            # (heuristics, the JIT binder) so the launch is recorded with every derived meta-parameter.
+            return self.fn.run(*args, **kwargs, **self.configs[0].all_kwargs())
+        finally:
+            state.local.configs = previous
+
+    JITFunction.run = jit_run
+    Autotuner.run = tuner_run
+    try:
+        yield state.records
+    finally:
+        JITFunction.run = orig_jit_run
+        Autotuner.run = orig_tuner_run
+
+
+@dataclass
+class Specialization:
+    """What the JIT would compile for one launch on one target."""
+
+    signature: dict[str, str]
+    constexprs: dict[Any, Any]
+    attrs: dict[Any, Any]
+    options: dict[str, Any]
+
+
+def specialize(jit_fn: Any, target: str | int, args: tuple, kwargs: dict[str, Any]) -> Specialization:
+    """Run Triton's own launch binder for ``target`` on recorded arguments (no device involved)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    jit = unwrap_jit(jit_fn)
+    backend = make_backend(GPUTarget("cuda", target_arch(target), 32))
+    binder = create_function_from_signature(jit.signature, jit.params, backend)
+    kwargs = dict(kwargs)
+    bound, spec, opts = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, spec, opts)
+    return Specialization(signature, constexprs, attrs, dict(options.__dict__))
+
+
+def compile_launch(jit_fn: Any, target: str | int, args: tuple, kwargs: dict[str, Any]) -> ResourceReport:
+    """Compile one recorded launch for ``target`` exactly as the JIT would specialise it, and report resources."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    jit = unwrap_jit(jit_fn)
+    arch = target_arch(target)
+    options = {k: kwargs[k] for k in LAUNCH_OPTION_KEYS if kwargs.get(k) is not None}
+    config = {**options, **{k: v for k, v in kwargs.items() if k in jit.arg_names and _is_constexpr(jit, k)}}
+    sink = io.StringIO()
+    try:
+        spec = specialize(jit, arch, args, kwargs)
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            kernel = triton.compile(triton.compiler.ASTSource(jit, spec.signature, spec.constexprs, spec.attrs),
+                                    target=GPUTarget("cuda", arch, 32), options=spec.options)
+    except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is a RES-02 finding, not a crash
+        rep = ResourceReport(
+            target=target_name(arch), kernel=jit.fn.__name__, registers=None, shared_bytes=None, tmem_columns=None,
+            spill_bytes=None, num_warps=int(options.get("num_warps", 4)), num_stages=int(options.get("num_stages", 3)),
+            triton_version=triton.__version__, maxnreg=options.get("maxnreg"), source="aot",
+            error=_error_summary(exc),
+        )
+        rep.config = _jsonable(config)
+        return rep
+    rep = report_from_compiled(kernel, source="aot", ptxas=_ptxas_version(arch))
+    rep.config = _jsonable(config)
+    return rep
+
+
+def _is_constexpr(jit: Any, name: str) -> bool:
+    idx = jit.arg_names.index(name)
+    return bool(jit.params[idx].is_constexpr)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def discover_kernels(module_or_kernels: Any) -> dict[int, tuple[str, Any]]:
+    """The Triton kernels a module defines (or the given kernels): ``id(JITFunction) -> (name, outermost object)``."""
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(module_or_kernels, types.ModuleType):
+        candidates: Iterable[Any] = vars(module_or_kernels).values()
+    elif isinstance(module_or_kernels, dict):
+        candidates = module_or_kernels.values()
+    elif isinstance(module_or_kernels, JITFunction) or hasattr(module_or_kernels, "fn"):
+        candidates = [module_or_kernels]
+    else:
+        candidates = module_or_kernels
+    found: dict[int, tuple[str, Any]] = {}
+    for obj in candidates:
+        try:
+            jit = unwrap_jit(obj)
+        except TypeError:
+            continue
+        found[id(jit)] = (jit.fn.__name__, obj)
+    return found
+
+
+def expand_configs(record: LaunchRecord) -> list[dict[str, Any]]:
+    """Launch kwargs for every configuration the launch could have run with.
+
+    An autotuned launch expands to one entry per autotune config (each config's meta-parameters and options
+    override the recorded ones), since the autotuner may pick any of them and silently drops those that do not
+    fit; a plain launch is its own single configuration.
+    """
+    if not record.configs:
+        return [dict(record.kwargs)]
+    out = []
+    for cfg in record.configs:
+        kw = {k: v for k, v in record.kwargs.items() if k not in LAUNCH_OPTION_KEYS}
+        kw.update(cfg)
+        out.append(kw)
+    return out
+
+
+def res02_reports(module_or_kernels: Any, launches: Iterable[LaunchRecord],
+                  targets: Iterable[str] = ("sm_90a", "sm_100a")) -> list[ResourceReport]:
+    """Ahead-of-time resource reports for every launched Triton kernel of a candidate, for every target.
+
+    ``module_or_kernels``: the candidate module (every ``@triton.jit`` / autotune / heuristics object in it
+    counts) or an iterable of such objects. ``launches``: the records from :func:`record_launches`; launches of
+    kernels outside ``module_or_kernels`` (library kernels) are ignored. One report per distinct
+    (kernel, specialisation, configuration, target); kernels never launched are not reported (there is no
+    signature to compile them with). Each report's ``config`` names the launch configuration.
+    """
+    kernels = discover_kernels(module_or_kernels)
+    targets = list(targets)
+    reports: list[ResourceReport] = []
+    seen: set[tuple] = set()
+    for record in launches:
+        if id(record.jit) not in kernels:
+            continue
+        for kwargs in expand_configs(record):
+            for target in targets:
+                try:
+                    spec = specialize(record.jit, target, record.args, kwargs)
+                    key = (id(record.jit), target, repr(spec.signature), repr(spec.constexprs), repr(spec.attrs),
+                           repr(sorted(spec.options.items())))
+                except Exception:  # noqa: BLE001 - compile_launch will report the failure itself
+                    key = (id(record.jit), target, repr(record.args), repr(sorted(kwargs.items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                reports.append(compile_launch(record.jit, target, record.args, kwargs))
+    return reports

@@ -1,0 +1,196 @@
+"""verify(): reference process first, then one candidate process, then pure grading in this process.
+
+Order matters and is enforced here: the float64 reference runs (or is fetched from the cache) before the
+candidate is loaded, in a different sandboxed process; the candidate process receives inputs, reference weights
+and upstream gradients only. One candidate process runs every probe after a single load/compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lethe.verifier import gates as G
+from lethe.verifier import probes as P
+from lethe.verifier import profiles as PR
+from lethe.verifier import records as R
+from lethe.verifier import tolerance as T
+
+_REF_CACHE: dict[str, tuple[Any, dict, dict]] = {}
+_REF_CACHE_MAX = 16
+CUDA_SOURCE = re.compile(r"load_inline|cpp_extension|cuda_sources|__global__")
+
+
+def _sandbox():
+    from lethe.sandbox import run_isolated
+
+    return run_isolated
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda or auto, got {device!r}")
+    return device
+
+
+def environment(device: str) -> dict:
+    """What makes a row reproducible: library versions, device, plan and tolerance versions (no host, no time)."""
+    from lethe.provenance import gpu_info, library_versions
+
+    env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
+           "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION}
+    if device == "cuda":
+        info = gpu_info()
+        env["gpu"] = {k: info.get(k) for k in ("gpu", "capability", "cuda_runtime")}
+    return env
+
+
+def _sha(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None, timeout_s: float = 600,
+                  memory_mb: int = 16384, runner=None):
+    """Reference results for (source, seed[, gate filter]), cached per input set: the plan is a pure function
+    of these, so the key is the hash of the source, the seed, the plan version and the filter."""
+    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or [])]))
+    if key in _REF_CACHE:
+        return _REF_CACHE[key]
+    res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
+                     payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or []},
+                     timeout_s=timeout_s, memory_mb=memory_mb, device="cpu")
+    out = (res.status, res.result or {}, res.arrays or {}, res)
+    if res.status == "ok" and (res.result or {}).get("ok"):
+        if len(_REF_CACHE) >= _REF_CACHE_MAX:
+            _REF_CACHE.pop(next(iter(_REF_CACHE)))
+        _REF_CACHE[key] = out
+    return out
+
+
+def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str = "auto", seed: int = 0,
+           timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
+           op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
+           constants: T.Constants = T.DEFAULT, runner=None) -> dict:
+    """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
+
+    ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
+    and only for trusted fixture kernels.
+    """
+    t0 = time.perf_counter()
+    prof = PR.get(profile)
+    dev = resolve_device(device)
+    src_info = {"ref_sha256": _sha(ref_src), "cand_sha256": _sha(cand_src), **(sources or {})}
+    base = {"id": kernel_id or src_info["cand_sha256"][:16], "corpus": corpus, "op_class": op_class,
+            "profile": prof.name, "device": dev, "seed": int(seed),
+            "environment": json.dumps(environment(dev), sort_keys=True),
+            "sources": json.dumps(src_info, sort_keys=True)}
+
+    def finish(**kw) -> dict:
+        return R.make_row(**base, seconds=round(time.perf_counter() - t0, 3), **kw)
+
+    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner)
+    if rstatus != "ok" or not rres.get("ok"):
+        err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
+        return finish(status="ref_broken", error=str(err)[:2000])
+
+    is_triton = "triton" in cand_src
+    if dev == "cpu" and CUDA_SOURCE.search(cand_src):
+        return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
+
+    send = {k: v for k, v in rarr.items()
+            if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
+    probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
+                      if m["status"] == "ok"]
+    env = {"TRITON_INTERPRET": "1"} if (dev == "cpu" and is_triton) else {"TRITON_INTERPRET": None}
+    payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
+               "param_shapes": rres["param_shapes"], "probes": probes_payload}
+    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send, timeout_s=timeout_s,
+                      memory_mb=memory_mb, device=dev, env=env)
+    if cres.status == "timeout":
+        return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
+    if cres.status != "ok":
+        tail = (cres.stderr_tail or "")[-600:]
+        return finish(status="crash", error=f"sandbox {cres.status}: {cres.detail} {tail}"[:2000])
+    cand = cres.result or {}
+    stage = cand.get("stage")
+    if stage in ("compile", "load"):
+        if cand.get("interp_limit") or cand.get("no_cuda"):
+            return finish(status="not_auditable", error=f"{stage}: {cand.get('error')}"[:2000])
+        return finish(status="compile_fail" if stage == "compile" else "load_fail",
+                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0), 3))
+    base_probe = cand.get("probes", {}).get("rand0", {})
+    if base_probe.get("interp_limit") or base_probe.get("no_cuda"):
+        return finish(status="not_auditable", error=f"base input: {base_probe.get('error')}"[:2000],
+                      compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                      weights_copied=bool(cand.get("weights_copied")))
+
+    bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
+                      seed=int(seed), device=dev, constants=constants)
+    results = G.grade(bundle, only=only_gates)
+    aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
+                   for p in cand.get("probes", {}).values() if isinstance(p, dict))
+    return finish(status="gated", gates={g: r.to_row() for g, r in results.items()},
+                  compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                  weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing))
+
+
+def verdict(row: dict) -> str:
+    """"pass" when the row was gated, CMP-01 passed and no gate failed or errored; "fail" when gated otherwise;
+    the row status (compile_fail, not_auditable, ...) when it never reached grading."""
+    if row["status"] != "gated":
+        return row["status"]
+    st = {g: v["status"] for g, v in row["gates"].items()}
+    if any(s in ("fail", "error") for s in st.values()):
+        return "fail"
+    return "pass" if st.get("CMP-01") == "pass" else "fail"
+
+
+def failed_gates(row: dict) -> list[str]:
+    return [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
+
+
+def verify_files(ref_path: str | Path, cand_path: str | Path, **kw) -> dict:
+    ref_path, cand_path = Path(ref_path), Path(cand_path)
+    kw.setdefault("sources", {"ref_path": str(ref_path), "cand_path": str(cand_path)})
+    return verify(ref_path.read_text(), cand_path.read_text(), **kw)
+
+
+def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str | None = None,
+           runner=None) -> dict:
+    """Re-run one gate of a recorded row from its recorded seed/profile/device; say whether it reproduces
+    (same status and same evidence)."""
+    src = json.loads(row.get("sources") or "{}")
+    rp = ref_path or src.get("ref_path")
+    cp = cand_path or src.get("cand_path")
+    if not rp or not cp:
+        raise ValueError("row records no source paths; pass ref_path and cand_path")
+    new = verify_files(rp, cp, profile=row["profile"], device=row["device"], seed=int(row["seed"]),
+                       kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner)
+    old_g, new_g = row["gates"][gate], new["gates"][gate]
+    same_src = (_sha(Path(rp).read_text()) == src.get("ref_sha256")
+                and _sha(Path(cp).read_text()) == src.get("cand_sha256"))
+    return {"id": row["id"], "gate": gate, "recorded": old_g, "replayed": new_g,
+            "row_status": new["status"], "sources_match": same_src,
+            "reproduces": old_g["status"] == new_g["status"] and old_g["evidence"] == new_g["evidence"]}
+
+
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    """Stable digest of a set of arrays (used by tests of the reference cache)."""
+    h = hashlib.sha256()
+    for k in sorted(arrays):
+        h.update(k.encode())
+        h.update(np.ascontiguousarray(arrays[k]).tobytes())
+    return h.hexdigest()
+
+

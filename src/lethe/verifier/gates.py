@@ -1,0 +1,530 @@
+"""The twelve gates: pure functions of (probe plan + reference results, candidate results, profile).
+
+Nothing here executes candidate or reference code; every gate reads arrays and facts that the two sandboxed
+processes returned. Each gate is one function whose docstring states the property and why it matters. A probe
+the reference could not run is "na" for its gate (the reference decides what is valid); a probe the candidate
+could not run for a reason that is not the candidate's fault (Triton interpreter limitation, no CUDA here, bf16
+under the interpreter) is "na" too, with the reason; only a real disagreement is a "fail".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from lethe.verifier import tolerance as tol
+from lethe.verifier.profiles import Profile
+
+GATE_IDS = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "ORD-02", "ORD-03",
+            "PRC-01", "PRC-02", "EXC-01", "EXC-02", "RES-01", "RES-02")
+
+
+@dataclass
+class GateResult:
+    status: str  # pass | fail | na | error
+    reason: str = ""
+    evidence: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def to_row(self) -> dict:
+        return {"status": self.status, "reason": self.reason,
+                "evidence": json.dumps(_clean(self.evidence), sort_keys=True, allow_nan=False), "seed": self.seed}
+
+
+@dataclass
+class Bundle:
+    """Everything a gate may read. ``ref``/``cand`` are the two processes' JSON results."""
+
+    ref: dict
+    ref_arrays: dict[str, np.ndarray]
+    cand: dict
+    cand_arrays: dict[str, np.ndarray]
+    profile: Profile
+    seed: int
+    device: str = "cpu"
+    constants: tol.Constants = tol.DEFAULT
+
+    def probes(self, gate: str) -> list[dict]:
+        return [p for p in self.ref.get("probes", []) if gate in p["gates"]]
+
+    def cprobe(self, pid: str) -> dict | None:
+        return self.cand.get("probes", {}).get(pid)
+
+
+def _clean(v: Any) -> Any:
+    """JSON-safe, deterministic evidence: floats rounded to 6 significant digits, non-finite as strings."""
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return float(f"{f:.6g}") if math.isfinite(f) else str(f)
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, np.bool_):
+        return bool(v)
+    return v
+
+
+# ----------------------------------------------------------------------------------------------------------
+# comparison helpers
+
+
+def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
+    """The float64 reference rounded to the contract dtype (so that overflow/underflow of the dtype count)."""
+    t = torch.from_numpy(np.asarray(a, dtype=np.float64))
+    return t.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                 "float64": torch.float64}[dtype]).to(torch.float64).numpy()
+
+
+def compare(ref: np.ndarray, cand: np.ndarray, dtype: str, tol_arr: np.ndarray | float, profile: Profile,
+            alt_ref: np.ndarray | None = None) -> dict:
+    """Elementwise comparison with IEEE non-finite semantics; returns a JSON-able summary with ``ok``.
+
+    Non-finite values are compared by class (NaN, +Inf, -Inf) after rounding the reference to ``dtype``; a
+    position where both agree is not a value mismatch. Under a profile that allows NaN non-propagation the
+    positions where the reference is NaN are not graded. ``alt_ref`` (flush-to-zero reference) is accepted
+    elementwise as an alternative when given.
+    """
+    ref = np.asarray(ref)
+    cand = np.asarray(cand)
+    if ref.shape != cand.shape:
+        return {"ok": False, "why": "shape", "ref_shape": list(ref.shape), "cand_shape": list(cand.shape)}
+    if not np.issubdtype(ref.dtype, np.floating):
+        bad = ref != cand
+        return {"ok": not bool(bad.any()), "why": "integer mismatch" if bad.any() else "",
+                "n_bad": int(bad.sum()), "first_bad": np.argwhere(bad)[:5].tolist()}
+    r = ref.astype(np.float64)
+    c = cand.astype(np.float64)
+    rc = round_to(r, dtype)
+    rnan, cnan = np.isnan(rc), np.isnan(c)
+    rinf, cinf = np.isinf(rc), np.isinf(c)
+    rfin, cfin = ~(rnan | rinf), ~(cnan | cinf)
+    skip = rnan if profile.allow_nan_nonpropagation else np.zeros_like(rnan)
+    agree_nf = (rnan & cnan) | (rinf & cinf & (np.sign(rc) == np.sign(c)))
+    new_nf = rfin & ~cfin & ~skip
+    lost_nf = ~rfin & cfin & ~skip
+    wrong_nf = ~rfin & ~cfin & ~agree_nf & ~skip
+    both = rfin & cfin & ~skip
+    err = np.where(both, np.abs(c - r), 0.0)
+    t = np.broadcast_to(np.asarray(tol_arr, dtype=np.float64), r.shape)
+    bad_val = both & (err > t)
+    if alt_ref is not None:
+        a = np.asarray(alt_ref, dtype=np.float64)
+        bad_val &= ~(np.abs(c - a) <= t)
+    ratio = np.where(both, err / np.maximum(t, 1e-300), 0.0)
+    bad = bad_val | new_nf | lost_nf | wrong_nf
+    out = {
+        "ok": not bool(bad.any()),
+        "n": int(r.size),
+        "n_bad": int(bad.sum()),
+        "max_abs_err": float(err.max()) if err.size else 0.0,
+        "max_err_over_tol": float(ratio.max()) if ratio.size else 0.0,
+        "new_nonfinite": int(new_nf.sum()),
+        "lost_nonfinite": int(lost_nf.sum()),
+        "wrong_nonfinite": int(wrong_nf.sum()),
+        "agreeing_nonfinite": int((agree_nf & ~skip).sum()),
+    }
+    if bad.any():
+        idx = np.argwhere(bad)[:5]
+        out["first_bad"] = idx.tolist()
+        out["first_bad_values"] = [[float(r[tuple(i)]), float(c[tuple(i)])] for i in idx]
+    return out
+
+
+def _cand_outputs(b: Bundle, pid: str, n: int, prefix: str = "o") -> list[np.ndarray] | None:
+    outs = []
+    for k in range(n):
+        key = f"c/{pid}/{prefix}{k}"
+        if key not in b.cand_arrays:
+            return None
+        outs.append(b.cand_arrays[key])
+    return outs
+
+
+def _probe_status(b: Bundle, meta: dict, gate: str) -> tuple[str, str] | None:
+    """None when the probe is gradable; otherwise (status, reason) for this probe alone."""
+    if meta["status"] != "ok":
+        return "na", f"reference: {meta['reason']}"
+    cp = b.cprobe(meta["id"])
+    if cp is None:
+        return "error", "candidate returned nothing for this probe"
+    if "skipped" in cp:
+        return "na", cp["skipped"]
+    if "error" in cp:
+        if cp.get("interp_limit"):
+            return "na", f"Triton interpreter limitation, not auditable on CPU: {cp['error'][:200]}"
+        if cp.get("no_cuda"):
+            return "na", f"needs CUDA, not auditable here: {cp['error'][:200]}"
+        return "fail", f"candidate raised on an input the reference accepts: {cp['error'][:300]}"
+    return None
+
+
+def _fold(gate: str, per_probe: dict[str, dict], b: Bundle, empty_reason: str) -> GateResult:
+    """pass if every gradable probe passed; fail if any failed; na when none was gradable."""
+    statuses = [v["status"] for v in per_probe.values()]
+    ev = {"probes": per_probe, "profile": b.profile.name}
+    if "fail" in statuses:
+        bad = [k for k, v in per_probe.items() if v["status"] == "fail"]
+        first = per_probe[bad[0]]
+        return GateResult("fail", f"{bad[0]}: {first.get('reason', '')}"[:400], ev, b.seed)
+    if "error" in statuses:
+        bad = [k for k, v in per_probe.items() if v["status"] == "error"]
+        return GateResult("error", f"{bad[0]}: {per_probe[bad[0]].get('reason', '')}"[:400], ev, b.seed)
+    if "pass" in statuses:
+        return GateResult("pass", "", ev, b.seed)
+    reasons = sorted({v.get("reason", "") for v in per_probe.values()})
+    return GateResult("na", (empty_reason + ("; " + reasons[0] if reasons else ""))[:400], ev, b.seed)
+
+
+def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray, str, int], np.ndarray],
+                 alt_prefix: str | None = None) -> dict:
+    """Grade every output of one probe with ``tol_fn(ref, dtype, N)``."""
+    st = _probe_status(b, meta, gate)
+    if st is not None:
+        return {"status": st[0], "reason": st[1]}
+    pid = meta["id"]
+    n = len(meta["outputs"])
+    cp = b.cprobe(pid)
+    if cp.get("n_out", n) != n:
+        return {"status": "fail", "reason": f"candidate returned {cp.get('n_out')} outputs, reference {n}"}
+    outs = _cand_outputs(b, pid, n)
+    if outs is None:
+        return {"status": "error", "reason": "candidate output arrays missing"}
+    summaries = []
+    for k in range(n):
+        r = b.ref_arrays[f"p/{pid}/ref{k}"]
+        alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
+        t = tol_fn(r, meta["dtype"], meta["N"]) if np.issubdtype(r.dtype, np.floating) else 0.0
+        s = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
+        summaries.append(s)
+    ok = all(s["ok"] for s in summaries)
+    reason = ""
+    if not ok:
+        k = next(i for i, s in enumerate(summaries) if not s["ok"])
+        s = summaries[k]
+        if s.get("why") == "shape":
+            reason = f"output {k} shape {s['cand_shape']} != reference {s['ref_shape']}"
+        else:
+            reason = (f"output {k}: {s['n_bad']}/{s.get('n', '?')} elements out of contract "
+                      f"(max |err| {s.get('max_abs_err', 0):.3g}, max err/tol {s.get('max_err_over_tol', 0):.3g}, "
+                      f"new non-finite {s.get('new_nonfinite', 0)}, lost non-finite {s.get('lost_nonfinite', 0)})")
+    return {"status": "pass" if ok else "fail", "reason": reason, "outputs": summaries, "N": meta["N"],
+            "dtype": meta["dtype"]}
+
+
+def _vt(b: Bundle, rel_k: float | None = None):
+    return lambda r, d, n: tol.value_tol(r, d, n, b.constants, rel_k=rel_k)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the gates
+
+
+def cmp_01(b: Bundle) -> GateResult:
+    """CMP-01 values: on several random draws and on adversarial sets (zeros, large magnitude near the top of
+    the dtype's safe range, small 1e-6, true subnormals, a longer reduction axis) every output is within the
+    scale-aware tolerance of the float64 reference. Why: a single random fixed-shape allclose check misses
+    kernels that are only right for the benign inputs it happens to draw (zeros pass loose allclose on
+    small-output operators; large inputs expose overflow; a longer axis exposes a dropped tail block)."""
+    per = {}
+    for m in b.probes("CMP-01"):
+        alt = "ftz" if (m["kind"] == "subnormal" and b.profile.allow_ftz) else None
+        per[m["id"]] = _value_probe(b, m, "CMP-01", _vt(b), alt_prefix=alt)
+    return _fold("CMP-01", per, b, "no value probe was gradable")
+
+
+def cmp_02(b: Bundle) -> GateResult:
+    """CMP-02 gradients: input (and, when weights were copied, parameter) gradients for a given upstream
+    gradient match float64 autograd of the reference, itself cross-checked by central finite differences.
+    Why: training kernels ship custom backwards that are never exercised by forward-only checks. A candidate
+    without an autograd graph is "na" (not differentiable), never "pass"."""
+    per: dict[str, dict] = {}
+    for m in b.probes("CMP-02"):
+        pid = m["id"]
+        st = _probe_status(b, m, "CMP-02")
+        if st is not None:
+            per[pid] = {"status": st[0], "reason": st[1]}
+            continue
+        cp = b.cprobe(pid)
+        if cp.get("forward_only"):
+            per[pid] = {"status": "na", "reason": f"forward-only candidate: {cp.get('reason', '')}"}
+            continue
+        fd = m.get("fd", {})
+        if fd and not fd.get("ok", True):
+            per[pid] = {"status": "na", "reason": "reference autograd not confirmed by finite differences", "fd": fd}
+            continue
+        n_all = [tuple(s["shape"]) for s in m["inputs"] if s["t"] == "tensor"] + \
+            [tuple(o["shape"]) for o in m["outputs"]]
+        checks, bad = {}, []
+        for j in m.get("grad_inputs", []):
+            r = b.ref_arrays[f"p/{pid}/gin{j}"]
+            c = b.cand_arrays.get(f"c/{pid}/gin{j}")
+            if c is None:
+                c = np.zeros_like(r)  # a missing .grad is a zero gradient
+            n = tol.reduction_length(n_all, [r.shape])
+            s = compare(r, c, m["dtype"], tol.value_tol(r, m["dtype"], n, b.constants,
+                                                        rel_k=b.constants.GRAD_REL_K), b.profile)
+            checks[f"input{j}"] = s
+            if not s["ok"]:
+                bad.append(f"input{j}")
+        if b.cand.get("weights_copied"):
+            for name in m.get("grad_params", []):
+                r = b.ref_arrays[f"p/{pid}/gpar/{name}"]
+                c = b.cand_arrays.get(f"c/{pid}/gpar/{name}")
+                if c is None:
+                    checks[f"param:{name}"] = {"ok": False, "why": "candidate has no gradient for this parameter"}
+                    bad.append(f"param:{name}")
+                    continue
+                n = tol.reduction_length(n_all, [r.shape])
+                s = compare(r, c, m["dtype"], tol.value_tol(r, m["dtype"], n, b.constants,
+                                                            rel_k=b.constants.GRAD_REL_K), b.profile)
+                checks[f"param:{name}"] = s
+                if not s["ok"]:
+                    bad.append(f"param:{name}")
+        per[pid] = {"status": "fail" if bad else "pass", "checks": checks, "fd": fd,
+                    "params_checked": bool(b.cand.get("weights_copied")),
+                    "reason": f"gradient of {bad[0]} out of contract" if bad else ""}
+    return _fold("CMP-02", per, b, "no gradient probe was gradable")
+
+
+def cmp_03(b: Bundle) -> GateResult:
+    """CMP-03 shapes: with batch, length and width varied one at a time, including primes that are not
+    multiples of any block size, the candidate returns the reference's output shapes and values. Why:
+    generated kernels hard-code the one shape the benchmark uses or drop the tail block when a size is not a
+    multiple of BLOCK; the reference, not the candidate, decides which shapes are valid."""
+    per = {}
+    for m in b.probes("CMP-03"):
+        per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b))
+    variants = [k for k, v in per.items() if k != "rand0" and v["status"] in ("pass", "fail")]
+    res = _fold("CMP-03", per, b, "no shape probe was gradable")
+    if res.status == "pass" and not variants:
+        return GateResult("na", "the reference admits no shape variant (only the base shape was checked)",
+                          res.evidence, b.seed)
+    return res
+
+
+def ord_01(b: Bundle) -> GateResult:
+    """ORD-01 reordered summation: on same-sign inputs (where the output magnitude equals sum|terms|) and a
+    long reduction axis, the candidate is within 4*eps(dtype)*sqrt(N)*scale of the exact result. Why: any
+    summation order is allowed, but an error beyond what reordering can explain means a narrower accumulator
+    or dropped/duplicated terms, which a 1e-2 allclose cannot see on well-scaled outputs."""
+    c = b.constants
+
+    def bound(r, d, n):
+        return tol.ord01_bound(r, d, n, c)
+
+    per = {m["id"]: _value_probe(b, m, "ORD-01", bound) for m in b.probes("ORD-01")}
+    return _fold("ORD-01", per, b, "no reduction probe was gradable")
+
+
+def ord_02(b: Bundle) -> GateResult:
+    """ORD-02 determinism and aliasing: five calls on the same input are byte-identical (fast-math: within the
+    ORD-01 bound), the output shares no storage with an input, a parameter or buffer, and is not overwritten
+    by a later call; inputs are not mutated unless the reference mutates them too. Why: nondeterministic
+    atomics make training irreproducible, and a returned buffer that the next call overwrites (or that is the
+    input) silently corrupts any caller that keeps results; the reference output cannot be aliased at all
+    because the candidate runs in a process that never holds it."""
+    per: dict[str, dict] = {}
+    for m in b.probes("ORD-02"):
+        pid = m["id"]
+        st = _probe_status(b, m, "ORD-02")
+        if st is not None:
+            per[pid] = {"status": st[0], "reason": st[1]}
+            continue
+        cp = b.cprobe(pid)
+        problems = []
+        ev: dict[str, Any] = {}
+        if cp.get("alias_input") and not m.get("ref_aliases_input"):
+            problems.append("output aliases an input")
+        if cp.get("alias_param"):
+            problems.append("output aliases a parameter or buffer")
+        mutated = sorted(set(cp.get("mutated_inputs", [])) - set(m.get("ref_mutates", [])))
+        if mutated:
+            problems.append(f"candidate mutates input(s) {mutated}")
+        if m["action"] == "overwrite" and cp.get("overwritten_by_later_call"):
+            problems.append("a later call overwrote an earlier returned output")
+        if m["action"] == "repeat":
+            n = len(m["outputs"])
+            first = _cand_outputs(b, pid, n)
+            diffs = []
+            for i in range(1, 5):
+                later = _cand_outputs(b, pid, n, prefix=f"r{i}/o")
+                if first is None or later is None:
+                    problems.append("repeat outputs missing")
+                    break
+                for k in range(n):
+                    a, z = np.asarray(first[k]), np.asarray(later[k])
+                    same = a.shape == z.shape and a.dtype == z.dtype and np.array_equal(
+                        a.view(np.uint8), z.view(np.uint8))
+                    if same:
+                        continue
+                    if b.profile.bitwise_determinism:
+                        diffs.append(f"call {i + 1} output {k} differs bytewise from call 1")
+                    else:
+                        r = b.ref_arrays[f"p/{pid}/ref{k}"]
+                        lim = tol.ord01_bound(r, m["dtype"], m["N"], b.constants)
+                        dd = np.abs(a.astype(np.float64) - z.astype(np.float64))
+                        same_nf = ~np.isfinite(dd) & (np.isnan(a) == np.isnan(z))
+                        over = ~same_nf & ~(dd <= lim)
+                        d = float(np.nanmax(np.where(same_nf, 0.0, dd)))
+                        if over.any():
+                            diffs.append(f"call {i + 1} output {k} differs by {d:.3g} > ORD-01 bound {lim:.3g}")
+            ev["repeat_differences"] = diffs[:5]
+            problems += diffs[:1]
+        per[pid] = {"status": "fail" if problems else "pass", "reason": "; ".join(problems), **ev}
+    return _fold("ORD-02", per, b, "no determinism probe was gradable")
+
+
+def ord_03(b: Bundle) -> GateResult:
+    """ORD-03 catastrophic cancellation: on rows of +B, many small terms, -B (B = 4/eps, so a running total
+    holding B drops every small term), the candidate stays within the pairwise-summation bound
+    ORD03_K*eps*log2(N)*sum|terms|. Why: a sequential accumulation order returns ~0 here while the exact answer
+    is O(N); random inputs never expose it because their partial sums stay small."""
+    per = {}
+    for m in b.probes("ORD-03"):
+        scale = float(m.get("abs_scale", 0.0))
+        per[m["id"]] = _value_probe(
+            b, m, "ORD-03", lambda r, d, n, s=scale: tol.ord03_bound(r, max(s, tol.output_scale(r)), d, n,
+                                                                     b.constants))
+    return _fold("ORD-03", per, b, "no cancellation probe was gradable")
+
+
+def _dtype_charged(b: Bundle, dtype: str, cp: dict | None) -> tuple[bool, str]:
+    """A precision is charged when the candidate declares it (LETHE_DTYPES) or accepts it (runs without error)."""
+    declared = b.cand.get("declared_dtypes")
+    if declared is not None:
+        return (dtype in declared or dtype == "float32"), f"declared {declared}"
+    if cp is not None and "error" in cp and not cp.get("interp_limit") and not cp.get("no_cuda"):
+        return False, f"candidate does not accept {dtype}: {cp['error'][:160]}"
+    return True, "accepted"
+
+
+def _precision_gate(b: Bundle, gate: str) -> dict:
+    per = {}
+    for m in b.probes(gate):
+        cp = b.cprobe(m["id"])
+        if m["dtype"] != "float32":
+            charged, why = _dtype_charged(b, m["dtype"], cp)
+            if not charged:
+                per[m["id"]] = {"status": "na", "reason": why}
+                continue
+        per[m["id"]] = _value_probe(b, m, gate, _vt(b))
+    return per
+
+
+def prc_01(b: Bundle) -> GateResult:
+    """PRC-01 precisions: fed fp32, fp16 and bf16 inputs (weights rounded the same way), the candidate is
+    within each dtype's own derived tolerance of the float64 reference on the same rounded values; a precision
+    is charged only when the candidate declares or accepts it, and bf16 under the Triton interpreter is never
+    charged (interpreter artifact). Why: kernels are advertised for half precision but tested only in fp32."""
+    return _fold("PRC-01", _precision_gate(b, "PRC-01"), b, "no precision probe was gradable")
+
+
+def prc_02(b: Bundle) -> GateResult:
+    """PRC-02 accumulator width: fed fp16/bf16 inputs of ones along an axis of 4099 (> 2048, where an fp16
+    running total stalls; > 256 for bf16), the candidate returns the exact result, i.e. it accumulates in
+    fp32. Why: a half-precision accumulator passes every random-input check at 1e-2 on short rows and silently
+    saturates on long ones."""
+    return _fold("PRC-02", _precision_gate(b, "PRC-02"), b, "no accumulation probe was gradable")
+
+
+def exc_01(b: Bundle) -> GateResult:
+    """EXC-01 non-finite propagation: with NaN, +Inf and -Inf injected at chosen input positions, the output's
+    NaN/±Inf land in exactly the reference's positions with the same signs, no new non-finite value appears,
+    and finite positions stay within CMP-01 tolerance (agreeing non-finite values are not value mismatches).
+    Under fast-math, positions where the reference is NaN are not graded. Why: masking NaN hides divergence in
+    training, and a kernel that spreads Inf across a row corrupts everything downstream."""
+    per = {m["id"]: _value_probe(b, m, "EXC-01", _vt(b)) for m in b.probes("EXC-01")}
+    return _fold("EXC-01", per, b, "no non-finite probe was gradable")
+
+
+def exc_02(b: Bundle) -> GateResult:
+    """EXC-02 subnormals: on inputs strictly below the dtype's smallest normal, the output matches the
+    reference under the profile: strict requires gradual underflow (the exact float64 result rounded to the
+    dtype); cuda-default and fast-math also accept the flush-to-zero reference (inputs and outputs below the
+    smallest normal flushed). Why: silent flush-to-zero changes results of tiny-gradient and
+    normalisation paths; whether it is allowed is a contract choice, so it is graded per profile."""
+    per = {}
+    for m in b.probes("EXC-02"):
+        alt = "ftz" if b.profile.allow_ftz else None
+        per[m["id"]] = _value_probe(b, m, "EXC-02", _vt(b), alt_prefix=alt)
+    return _fold("EXC-02", per, b, "no subnormal probe was gradable")
+
+
+def res_01(b: Bundle) -> GateResult:
+    """RES-01 placement and dtype: every output lives on the input's device and has the contract dtype (the
+    probe's floating dtype for floating outputs, the reference's dtype otherwise). Why: a kernel that returns a
+    CPU tensor or silently upcasts forces hidden copies and breaks callers that rely on the dtype."""
+    per = {}
+    for m in b.probes("RES-01"):
+        st = _probe_status(b, m, "RES-01")
+        if st is not None and st[0] == "fail":
+            st = ("na", f"no output to place (graded by CMP-01/PRC-01): {st[1]}")
+        if st is not None:
+            per[m["id"]] = {"status": st[0], "reason": st[1]}
+            continue
+        cp = b.cprobe(m["id"])
+        want_dev = b.device
+        want_dt = [m["dtype"] if o["dtype"].startswith("float") else o["dtype"] for o in m["outputs"]]
+        problems = []
+        if any(d != want_dev for d in cp.get("devices", [])):
+            problems.append(f"output device {cp.get('devices')} != input device {want_dev}")
+        if cp.get("dtypes", want_dt)[: len(want_dt)] != want_dt:
+            problems.append(f"output dtype {cp.get('dtypes')} != contract {want_dt}")
+        per[m["id"]] = {"status": "fail" if problems else "pass", "reason": "; ".join(problems)}
+    return _fold("RES-01", per, b, "no placement probe was gradable")
+
+
+def res_02(b: Bundle) -> GateResult:
+    """RES-02 hardware limits: every Triton kernel the candidate compiled fits the running GPU's launch limits
+    (255 registers/thread, 227 KiB shared memory per block on sm_90, 512 TMEM columns on sm_100), read from the
+    compiled artifact. Why: Triton compiles kernels that can never launch and only fails at load time on the
+    target (or an autotuner silently drops the config), so the verifier compares the numbers itself."""
+    reps = b.cand.get("resources") or []
+    if not reps:
+        return GateResult("na", "no compiled artifact", {"device": b.device}, b.seed)
+    try:
+        from lethe.aot.limits import check
+    except Exception as exc:  # noqa: BLE001
+        return GateResult("na", f"lethe.aot unavailable: {exc}", {}, b.seed)
+    per = {}
+    for i, rep in enumerate(reps):
+        try:
+            v = check(rep)
+        except Exception as exc:  # noqa: BLE001 - unknown target etc.
+            per[f"{rep.get('kernel', i)}#{i}"] = {"status": "na", "reason": f"cannot judge: {exc}"[:200]}
+            continue
+        per[f"{rep.get('kernel', i)}#{i}"] = {"status": "fail" if v else "pass", "reason": "; ".join(v),
+                                               "report": {k: rep.get(k) for k in (
+                                                   "target", "registers", "shared_bytes", "tmem_columns",
+                                                   "spill_bytes", "num_warps", "num_stages")}}
+    return _fold("RES-02", per, b, "no kernel report could be judged")
+
+
+GATES: dict[str, Callable[[Bundle], GateResult]] = {
+    "CMP-01": cmp_01, "CMP-02": cmp_02, "CMP-03": cmp_03, "ORD-01": ord_01, "ORD-02": ord_02,
+    "ORD-03": ord_03, "PRC-01": prc_01, "PRC-02": prc_02, "EXC-01": exc_01, "EXC-02": exc_02,
+    "RES-01": res_01, "RES-02": res_02,
+}
+
+
+def grade(b: Bundle, only: list[str] | None = None) -> dict[str, GateResult]:
+    """Run every gate (or ``only`` those); a gate that raises is recorded as "error", never crashes the row."""
+    out = {}
+    for gid in GATE_IDS:
+        if only and gid not in only:
+            out[gid] = GateResult("na", "not requested", {}, b.seed)
+            continue
+        try:
+            out[gid] = GATES[gid](b)
+        except Exception as exc:  # noqa: BLE001 - a verifier bug must show up as "error", not a pass
+            out[gid] = GateResult("error", f"gate raised {type(exc).__name__}: {exc}"[:400], {}, b.seed)
+    return out

@@ -1,0 +1,241 @@
+"""The probe plan: which inputs every gate is graded on, derived deterministically from (reference, seed).
+
+A probe is a named input set plus an action. Inputs are built by the reference process (the only place the
+reference source is executed) from the reference's own ``get_inputs()`` and the seed, then shipped as arrays to
+the candidate process, so the two processes see bit-identical inputs and the candidate never sees an output.
+
+Shape variants follow the KernelBench convention: module-level integer constants (``batch_size``, ``dim``,
+``N``...) that ``get_inputs`` reads are patched one at a time and ``get_inputs`` is re-run; a constant that
+``get_init_inputs`` also reads is left alone, because changing it would change the model, not the input. When a
+reference has no such constant, every occurrence of one dimension size across its floating inputs is replaced
+instead (so the two K's of a matmul change together). The reference then decides which variants are valid: a
+variant it cannot run is "na" for its gate, never a candidate failure.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from lethe.verifier import tolerance as tol
+
+PLAN_VERSION = "lethe.plan/1"
+NUMEL_CAP = 1 << 21  # elements per input tensor in any variant: keeps float64 reference runs in seconds
+MAX_SHAPE_VARIANTS = 6
+MAX_LONG_VARIANTS = 3
+LONG_LEN = 4099  # a prime > 4096: fp16 running totals stall at 2048, bf16 at 256 (PRC-02)
+INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One input set + action. ``kind`` names the input construction, ``patch`` the shape variant."""
+
+    id: str
+    kind: str
+    gates: tuple[str, ...]
+    action: str = "forward"  # forward | repeat | backward | overwrite
+    dtype: str = "float32"
+    patch: tuple[tuple[str, int], ...] = ()
+    draw: int = 0  # which torch seed offset get_inputs() runs under
+    extra: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def rng_seed(self, seed: int) -> int:
+        """Seed of this probe's private generator: depends on the plan seed and the probe id only, so filtering
+        a plan (replaying one gate) does not change any probe's inputs."""
+        return (seed * 1_000_003 + zlib.crc32(self.id.encode())) % (2**63 - 1)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["gates"] = list(self.gates)
+        d["patch"] = [list(p) for p in self.patch]
+        return d
+
+
+def _primes_around(v: int) -> list[int]:
+    def is_prime(n: int) -> bool:
+        return n >= 2 and all(n % k for k in range(2, int(n**0.5) + 1))
+
+    out = []
+    below = next((n for n in range(v - 1, 1, -1) if is_prime(n)), None)
+    above = next(n for n in range(v + 1, 2 * v + 3) if is_prime(n))
+    if below is not None and below >= 2:
+        out.append(below)
+    out.append(above)
+    return out
+
+
+def shape_globals(ns: dict) -> dict[str, int]:
+    """Module-level int constants read by get_inputs but not by get_init_inputs (see module docstring)."""
+    gi = ns.get("get_inputs")
+    gii = ns.get("get_init_inputs")
+    if gi is None or not hasattr(gi, "__code__"):
+        return {}
+    init_names = set(gii.__code__.co_names) if gii is not None and hasattr(gii, "__code__") else set()
+    out = {}
+    for name in gi.__code__.co_names:
+        v = ns.get(name)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0 and name not in init_names:
+            out[name] = v
+    return dict(sorted(out.items()))
+
+
+def call_get_inputs(ns: dict, seed: int, patch: tuple[tuple[str, int], ...]) -> list[Any]:
+    """get_inputs() under ``torch.manual_seed(seed)`` with module globals (or dimension sizes) patched."""
+    glob_patch = [(k, v) for k, v in patch if not k.startswith("__dim__")]
+    dim_patch = {int(k.split(":")[1]): v for k, v in patch if k.startswith("__dim__")}
+    saved = {k: ns[k] for k, _ in glob_patch}
+    try:
+        for k, v in glob_patch:
+            ns[k] = v
+        torch.manual_seed(seed)
+        inputs = list(ns["get_inputs"]())
+    finally:
+        ns.update(saved)
+    if dim_patch:
+        gen = torch.Generator().manual_seed(seed)
+        new = []
+        for x in inputs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                shape = [dim_patch.get(s, s) for s in x.shape]
+                y = torch.randn(shape, generator=gen, dtype=x.dtype)
+                new.append(y.abs() if bool((x >= 0).all()) else y)
+            else:
+                new.append(x)
+        inputs = new
+    return inputs
+
+
+def _numel_factor(patch_value: int, old: int) -> float:
+    return patch_value / max(old, 1)
+
+
+def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
+    """The full, ordered probe list for a reference namespace. Pure in (ns source, seed)."""
+    base = call_get_inputs(ns, seed, ())
+    float_shapes = [tuple(x.shape) for x in base if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    max_numel = max((int(torch.Size(s).numel()) for s in float_shapes), default=1)
+
+    P: list[Probe] = [
+        Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"), draw=0),
+        Probe("rand1", "rand", ("CMP-01",), draw=1),
+        Probe("rand2", "rand", ("CMP-01",), draw=2),
+        Probe("zeros", "zeros", ("CMP-01",)),
+        Probe("large", "large", ("CMP-01",)),
+        Probe("small", "small", ("CMP-01",)),
+        Probe("subnormal", "subnormal", ("CMP-01", "EXC-02")),
+        Probe("nonfinite", "nonfinite", ("EXC-01",)),
+        Probe("repeat", "rand", ("ORD-02",), action="repeat", draw=0),
+        Probe("overwrite", "rand", ("ORD-02",), action="overwrite", draw=0),
+        Probe("grad", "rand", ("CMP-02",), action="backward", draw=0),
+        Probe("ord01", "positive", ("ORD-01",)),
+        Probe("cancel", "cancel", ("ORD-03",)),
+        Probe("prc_fp16", "rand", ("PRC-01", "RES-01"), dtype="float16", draw=0),
+        Probe("prc_bf16", "rand", ("PRC-01", "RES-01"), dtype="bfloat16", draw=0),
+        Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16"),
+        Probe("acc_bf16", "ones", ("PRC-02",), dtype="bfloat16"),
+    ]
+
+    globs = shape_globals(ns)
+    if globs:
+        knobs = [(name, v) for name, v in globs.items()]
+    else:
+        sizes = sorted({s for shp in float_shapes for s in shp if s >= 2})
+        knobs = [(f"__dim__:{s}", s) for s in sizes]
+
+    n_shape = 0
+    for name, v in knobs:
+        for nv in _primes_around(v):
+            if n_shape >= MAX_SHAPE_VARIANTS:
+                break
+            if max_numel * _numel_factor(nv, v) > NUMEL_CAP:
+                continue
+            label = name.replace("__dim__:", "dim")
+            P.append(Probe(f"shape_{label}={nv}", "rand", ("CMP-03",), patch=((name, nv),), draw=3))
+            n_shape += 1
+
+    n_long = 0
+    for name, v in knobs:
+        if n_long >= MAX_LONG_VARIANTS or v >= LONG_LEN:
+            continue
+        if max_numel * _numel_factor(LONG_LEN, v) > NUMEL_CAP:
+            continue
+        label = name.replace("__dim__:", "dim")
+        patch = ((name, LONG_LEN),)
+        P += [
+            Probe(f"long_{label}", "rand", ("CMP-01",), patch=patch, draw=4),
+            Probe(f"ord01_{label}", "positive", ("ORD-01",), patch=patch),
+            Probe(f"cancel_{label}", "cancel", ("ORD-03",), patch=patch),
+            Probe(f"acc_fp16_{label}", "ones", ("PRC-02",), dtype="float16", patch=patch),
+            Probe(f"acc_bf16_{label}", "ones", ("PRC-02",), dtype="bfloat16", patch=patch),
+        ]
+        n_long += 1
+    return P
+
+
+def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
+    """Materialise a probe's inputs in the probe's dtype (floating tensors only; others untouched)."""
+    raw = call_get_inputs(ns, seed + probe.draw, probe.patch)
+    gen = torch.Generator().manual_seed(probe.rng_seed(seed))
+    d = probe.dtype
+    tdt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[d]
+    out: list[Any] = []
+    first_float = True
+    for x in raw:
+        if not (isinstance(x, torch.Tensor) and x.is_floating_point()):
+            out.append(x)
+            continue
+        shape = x.shape
+        k = probe.kind
+        if k == "rand":
+            y = x.to(torch.float64)
+        elif k == "zeros":
+            y = torch.zeros(shape, dtype=torch.float64)
+        elif k == "large":
+            y = torch.randn(shape, generator=gen, dtype=torch.float64) * tol.LARGE[d]
+        elif k == "small":
+            y = torch.randn(shape, generator=gen, dtype=torch.float64) * tol.SMALL
+        elif k == "subnormal":
+            # Strictly below the smallest normal (2^-126 for fp32 = 1.175494e-38, which is itself NORMAL):
+            # magnitudes in [tiny/64, tiny/2), random signs, never zero.
+            mag = tol.TINY[d] * (torch.rand(shape, generator=gen, dtype=torch.float64) * (0.5 - 1 / 64) + 1 / 64)
+            sign = torch.where(torch.rand(shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+            y = mag * sign
+        elif k == "positive":
+            y = torch.rand(shape, generator=gen, dtype=torch.float64) * 0.5 + 0.5
+        elif k == "ones":
+            y = torch.ones(shape, dtype=torch.float64)
+        elif k == "cancel":
+            y = cancellation_values(shape, gen, d)
+        elif k == "nonfinite":
+            y = torch.randn(shape, generator=gen, dtype=torch.float64)
+            if first_float and y.numel() > 0:
+                flat = y.view(-1)
+                pos = torch.randperm(flat.numel(), generator=gen)[:3]
+                specials = [float("nan"), float("inf"), float("-inf")]
+                for p, v in zip(pos.tolist(), specials, strict=False):
+                    flat[p] = v
+        else:  # pragma: no cover - plan and builder are written together
+            raise ValueError(f"unknown probe kind {k}")
+        out.append(y.to(tdt))
+        first_float = False
+    return out
+
+
+def cancellation_values(shape, gen: torch.Generator, dtype: str) -> torch.Tensor:
+    """Catastrophic cancellation along the last axis: +B first, -B last, small terms in [0.5, 1.5) between.
+
+    B = 4/eps(dtype) has ulp(B) = 4 in every dtype, so half an ulp (2) exceeds every small term: a running total
+    that holds B rounds each of them away (recursive summation returns ~0 instead of sum(small)), while a
+    pairwise order only exposes log2(N) additions to B. The exact answer sum(small) is O(N), far from 0.
+    """
+    y = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5
+    if len(shape) == 0 or shape[-1] < 3:
+        return y
+    big = 4.0 / tol.EPS[dtype]
+    y[..., 0] = big
+    y[..., -1] = -big
+    return y

@@ -1,0 +1,154 @@
+"""Every numeric tolerance the verifier uses, in one place, each with its derivation.
+
+Notation: ``eps(d)`` is the machine epsilon of dtype ``d`` (the gap between 1 and the next representable number:
+2^-52 fp64, 2^-23 fp32, 2^-10 fp16, 2^-7 bf16); ``tiny(d)`` its smallest normal; ``denorm(d)`` its smallest
+positive subnormal; ``N`` the reduction length of a probe (see :func:`reduction_length`); ``S`` the scale of an
+output, the root mean square of the finite float64 reference values (see :func:`output_scale`).
+
+Why these forms. A correct kernel differs from the float64 reference for three reasons, and each term of the
+value tolerance covers one of them:
+
+* the final rounding of each result to the output dtype, the few roundings of elementwise math after the last
+  reduction (transcendentals are within 1-2 ulp in torch/Triton/libdevice) and intermediate storage in the data
+  dtype: ``REL_K * eps * (|r_i| + S)``;
+* rounding inside a reduction of length N performed in *some* order: the classical bound for recursive summation
+  is ``(N-1) * u * sum|terms|``; a random-walk model of the rounding errors of pairwise or blocked summation gives
+  ``~ sqrt(N) * u * sum|terms|``; ``sum|terms|`` is not observable for an arbitrary operator, so the output scale
+  ``|r_i| + S`` stands in for it (for a sum of same-sign terms ``|r_i|`` is exactly ``sum|terms|``; with
+  cancellation it is smaller and the bound tighter, which ORD-03 exploits deliberately). Because the contract
+  requires an fp32 accumulator (PRC-02), this term uses fp32's eps even for half-precision data:
+  ``ORD_K * eps_acc * sqrt(N) * (|r_i| + S)``;
+* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of
+  ``denorm(d)``, so a reduction of length N can be off by ``N * denorm(d)`` even when it is otherwise exact:
+  ``SUB_K * N * denorm(d)``. This term is ~1e-41 for fp32 at N=4096, far below any normal value, so it never
+  hides a real error but keeps a correct kernel from failing on subnormal data.
+
+The constants are the calibration engineer's knobs (``lethe.calibration`` sweeps them); every gate reads them
+from here and records the values it used in its evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Exact powers of two, written out so no platform float library is involved.
+EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+TINY = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+DENORM = {"float64": 2.0**-1074, "float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
+FMAX = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38, "float16": 65504.0,
+        "bfloat16": 3.3895313892515355e38}
+
+# "Large magnitude near the top of the dtype's safe range": values x whose products and N-term sums of squares
+# stay finite (x^2 * N < FMAX for N up to ~1e6 in fp32/bf16; fp16 tops out at 65504, so 64^2 * 16 fits).
+LARGE = {"float32": 1.0e6, "float16": 64.0, "bfloat16": 1.0e6, "float64": 1.0e6}
+SMALL = 1.0e-6
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The tolerance knobs; defaults are the derivation's values, a calibration sweep may pass others."""
+
+    REL_K: float = 8.0   # ulps allowed for final rounding + a short chain of elementwise ops after a reduction
+    ORD_K: float = 4.0   # the issue's ORD-01 bound: 4 * eps * sqrt(N) * scale
+    SUB_K: float = 4.0   # gradual-underflow slack, in units of N * denorm(dtype)
+    ORD03_K: float = 2.0  # cancellation probe: allow ORD03_K * eps * log2(N) * sum|terms| (pairwise-summation bound)
+    GRAD_REL_K: float = 32.0  # backward = two reductions deep (dL/dx = J^T g): a few more roundings than forward
+    FD_RTOL: float = 1e-5  # float64 central differences agree with autograd to ~sqrt(eps64) * curvature
+    SUBNORMAL_REL: float = 2.0**-10  # EXC-02: subnormals carry fewer bits; compare within 1/1024 of |r| + slack
+
+
+DEFAULT = Constants()
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name ("float32", ...) of a numpy/torch dtype or a string like "fp16"."""
+    s = str(dtype).replace("torch.", "")
+    return {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16",
+            "float": "float32", "double": "float64"}.get(s, s)
+
+
+def eps(dtype) -> float:
+    return EPS[dtype_name(dtype)]
+
+
+def reduction_length(input_shapes: list[tuple[int, ...]], output_shapes: list[tuple[int, ...]]) -> int:
+    """An upper estimate of the longest reduction a probe can contain.
+
+    The operator is a black box, so N is bounded from the shapes: the longest axis of any input (a single-axis
+    reduction cannot be longer) or the ratio of the largest input to the smallest output (a reduction over
+    several axes folds at least that many inputs into one output). Over-estimating N loosens the bound by
+    sqrt(N_est / N_true) only.
+    """
+    longest = max((max(s) for s in input_shapes if len(s)), default=1)
+    numel_in = max((int(np.prod(s)) for s in input_shapes), default=1)
+    numel_out = min((max(int(np.prod(s)), 1) for s in output_shapes), default=1)
+    return int(max(1, longest, math.ceil(numel_in / numel_out)))
+
+
+def output_scale(ref: np.ndarray) -> float:
+    """S: root mean square of the finite values of a float64 reference output (0.0 when none is finite).
+
+    RMS rather than max: one large element (a softmax's peak, an outlier row) must not license errors on all
+    the small ones.
+    """
+    a = np.asarray(ref, dtype=np.float64)
+    a = a[np.isfinite(a)]
+    return float(np.sqrt(np.mean(a * a))) if a.size else 0.0
+
+
+def acc_eps(dtype) -> float:
+    """eps of the accumulator the contract requires: fp32 for fp16/bf16/fp32 data (PRC-02), fp64 for fp64."""
+    return EPS["float64"] if dtype_name(dtype) == "float64" else EPS["float32"]
+
+
+def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: float | None = None) -> np.ndarray:
+    """Per-element tolerance (module docstring), with m_i = |r_i| + S:
+
+        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * N * denorm(dtype)
+
+    The reduction term uses the accumulator's eps (fp32 even for half-precision data, which is what PRC-02
+    requires), so a half-precision kernel is not granted sqrt(N) half-precision ulps per element.
+    """
+    d = dtype_name(dtype)
+    r = np.abs(np.asarray(ref, dtype=np.float64))
+    r = np.where(np.isfinite(r), r, 0.0)
+    m = r + output_scale(ref)
+    k = c.REL_K if rel_k is None else rel_k
+    return k * EPS[d] * m + c.ORD_K * acc_eps(d) * math.sqrt(n) * m + c.SUB_K * n * DENORM[d]
+
+
+def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-01: a reduction of length N reordered arbitrarily stays within 4*eps*sqrt(N)*scale (+ final rounding).
+
+    scale_i = |r_i| + S stands for sum|terms| of output i: ORD-01 probes use same-sign inputs, where a sum's
+    output magnitude equals sum|terms|; S keeps outputs that cross zero (signed weights) from getting a zero
+    bound. The random-walk model gives sqrt(N) rather than the worst-case N: an error within the worst case
+    but far outside sqrt(N) means the kernel's rounding errors are correlated (a narrower accumulator),
+    which is what the gate exists to catch.
+    """
+    d = dtype_name(dtype)
+    r = np.abs(np.asarray(ref, dtype=np.float64))
+    r = np.where(np.isfinite(r), r, 0.0)
+    scale = r + output_scale(ref)
+    return (c.ORD_K * math.sqrt(n) + c.REL_K) * EPS[d] * scale + c.SUB_K * n * DENORM[d]
+
+
+def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-03: on a cancellation input the error may be ORD03_K*eps*log2(N)*sum|terms| (the pairwise bound).
+
+    Recursive (one running total) summation's bound is (N-1)*u*sum|terms|: with terms +B, many small s, -B, a
+    running total sitting at B drops every s below ulp(B)/2, losing all of them. A pairwise/tree order only
+    exposes log2(N) additions to B. The probe puts B = 4/eps so that the small terms are lost entirely by a
+    running total but the pairwise bound is a fraction of the exact result (see probes.cancellation_inputs).
+    """
+    e = EPS[dtype_name(dtype)]
+    r = np.abs(np.asarray(ref, dtype=np.float64))
+    r = np.where(np.isfinite(r), r, 0.0)
+    return c.REL_K * e * r + c.ORD03_K * e * max(1.0, math.log2(max(n, 2))) * terms_scale
+
+
+def as_dict(c: Constants = DEFAULT) -> dict:
+    return asdict(c)

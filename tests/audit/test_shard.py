@@ -1,0 +1,135 @@
+"""Shard runner: every row once, checkpoints survive a kill, a hung verifier costs one row."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from lethe.audit import aggregate as agg
+from lethe.audit import shard as S
+from lethe.audit.testing import fake_verify
+
+FENCE = "```"
+
+
+def corpus_file(path: Path, n: int) -> Path:
+    """A tiny corpus in the upstream schema: reductions with a ModelNew answer in the last assistant turn."""
+    rows = []
+    for i in range(n):
+        ref = f"import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x.sum(dim={i % 2})\n"
+        cand = f"class ModelNew:\n    variant = {i}\n"
+        msgs = []
+        for t in range(5):
+            msgs.append({"role": "user", "content": f"turn {t}"})
+            msgs.append({"role": "assistant", "content": f"{FENCE}python\n{cand}{FENCE}" if t == 4 else "thinking"})
+        rows.append({"messages": msgs, "uuid": 100 + i, "entry_point": "Model", "repo_name": "", "module_name": "",
+                     "final_speedup": 1.0 + i, "num_rounds": 5, "original_python_code": ref, "best_round": 5,
+                     "timestamp": 0.0, "conversion_mode": "full_conversation_enhanced", "enable_thinking": False})
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def items(n):
+    return [{"id": str(i), "op_class": "reduction", "reference": f"ref{i}", "candidate": f"cand{i}",
+             "final_speedup": 1.0} for i in range(n)]
+
+
+def test_run_shard_attaches_corpus_metadata_and_resumes(tmp_path):
+    ck = tmp_path / "ck.jsonl"
+    calls = []
+
+    def counting(**kw):
+        calls.append((kw["kernel_id"], kw["profile"]))
+        return fake_verify(**kw)
+
+    its = items(5)
+    its[2]["candidate"] = None
+    its[2]["extract_error"] = "no block"
+    kw = dict(verify_fn=counting, profiles=["strict", "fast-math"], device="cpu", seed=1, timeout_s=5,
+              corpus="t", progress=False)
+    rows = S.run_shard(its[:3], ck, **kw)
+    assert len(rows) == 6 and {r["status"] for r in rows if r["id"] == "2"} == {"no_candidate"}
+    assert all(r["op_class"] == "reduction" and r["final_speedup"] == 1.0 for r in rows)
+    n_before = len(calls)
+    rows = S.run_shard(its, ck, **kw)
+    assert len(rows) == 10 and len(calls) == n_before + 4  # only the two new kernels x two profiles ran
+    assert [r["id"] for r in rows] == ["0", "0", "1", "1", "2", "2", "3", "3", "4", "4"]
+
+
+def test_torn_checkpoint_line_is_truncated(tmp_path):
+    ck = tmp_path / "ck.jsonl"
+    ck.write_text(json.dumps({"id": "0", "profile": "strict", "status": "gated"}) + "\n" + '{"id": "1", "pro')
+    assert [r["id"] for r in S.read_checkpoint(ck)] == ["0"]
+    assert ck.read_text().endswith("}\n")
+
+
+def test_hung_and_crashing_verifier_cost_one_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(S, "GRACE_S", 0.2)
+
+    def verify(**kw):
+        if kw["kernel_id"] == "1":
+            time.sleep(2)
+        if kw["kernel_id"] == "2":
+            raise KeyError("verifier bug")
+        return fake_verify(**kw)
+
+    rows = S.run_shard(items(4), tmp_path / "ck.jsonl", verify_fn=verify, profiles=["strict"], device="cpu",
+                       seed=1, timeout_s=0.1, corpus="t", progress=False)
+    assert [r["status"] for r in rows] == ["gated", "timeout", "harness_error", "gated"]
+    f = agg.funnel([agg.normalize_row(r) for r in rows])
+    assert f["dropped"][agg.NO_VERDICT] == 1  # our bug is not the kernel's finding
+
+
+def test_parquet_roundtrip_and_gather(tmp_path):
+    its = items(6)
+    parts = []
+    for k in range(2):
+        rows = S.run_shard(its[k::2], tmp_path / f"ck{k}.jsonl", verify_fn=fake_verify, profiles=["strict"],
+                           device="cpu", seed=3, timeout_s=5, corpus="t", progress=False)
+        S.write_parquet(rows, tmp_path / f"s{k}.parquet")
+        parts.append(tmp_path / f"s{k}.parquet")
+    rows = S.gather(parts, tmp_path / "rows.parquet")
+    assert [r["id"] for r in rows] == [str(i) for i in range(6)]
+    back = [agg.normalize_row(r) for r in S.read_parquet(tmp_path / "rows.parquet")]
+    direct = [agg.normalize_row(fake_verify(ref_src=i["reference"], cand_src=i["candidate"], profile="strict",
+                                            device="cpu", seed=3, timeout_s=5, kernel_id=i["id"], corpus="t"))
+              for i in its]
+    assert [r["gates"] for r in back] == [r["gates"] for r in direct]
+    with pytest.raises(ValueError, match="two shards"):
+        S.gather(parts + parts[:1], tmp_path / "dup.parquet")
+
+
+def test_kill_and_resume(tmp_path):
+    """SIGKILL the shard process mid-run; the rerun finishes without redoing or losing a finished row."""
+    corpus = corpus_file(tmp_path / "c.parquet", 12)
+    ck, out, log = tmp_path / "ck.jsonl", tmp_path / "out.parquet", tmp_path / "calls.log"
+    env = dict(os.environ, LETHE_FAKE_VERIFY_SLEEP="0.15", LETHE_FAKE_VERIFY_LOG=str(log), OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "lethe.audit.shard", "--corpus", "fixture", "--corpus-file", str(corpus),
+           "--shard", "0", "--shards", "1", "--checkpoint", str(ck), "--out", str(out),
+           "--verifier", "lethe.audit.testing:fake_verify", "--no-progress"]
+    proc = subprocess.Popen(cmd, env=env)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if ck.exists() and len(S.read_checkpoint(ck)) >= 4:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    finished = {r["id"] for r in S.read_checkpoint(ck)}
+    assert 4 <= len(finished) < 12 and not out.exists()
+    subprocess.run(cmd, env=dict(env, LETHE_FAKE_VERIFY_SLEEP="0"), check=True, timeout=120)
+    rows = S.read_parquet(out)
+    assert sorted(int(r["id"]) for r in rows) == list(range(100, 112))
+    calls = [line.split("\t")[0] for line in log.read_text().splitlines()]
+    # Every kernel finished before the kill was verified exactly once; at most one (the one in flight) twice.
+    assert all(calls.count(i) == 1 for i in finished)
+    assert sum(calls.count(str(i)) - 1 for i in range(100, 112)) <= 1

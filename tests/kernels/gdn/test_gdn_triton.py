@@ -1,0 +1,73 @@
+"""Triton forward/backward kernels against the float64 chunked reference.
+
+On CPU these run under TRITON_INTERPRET=1 (set by conftest.py) in float32 only: bf16 under the interpreter is
+not trustworthy (pitfalls.md), so low-precision arms are left to the GPU ladder.
+"""
+
+import pytest
+import torch
+from gdn_helpers import make_inputs, rel_err
+
+from kernels.gdn import chunked
+from kernels.gdn import reference as R
+from kernels.gdn.autograd import chunk_family
+from kernels.gdn.triton_bwd import triton_chunk_bwd
+from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = 2e-5  # float32 through a 16-64 step triangular solve and a short state scan
+
+
+@pytest.mark.parametrize("erase", [True, False])
+@pytest.mark.parametrize("K,V,chunk,T", [(16, 32, 16, 40), (32, 16, 32, 64)])
+def test_triton_fwd_bwd_vs_chunked_f64(erase, K, V, chunk, T):
+    q, k, v, g, b, w, _ = make_inputs(T=T, K=K, V=V)
+    bb = b if erase else None
+    gen = torch.Generator().manual_seed(3)
+    S0 = torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64)
+    do = torch.randn(1, T, 2, V, generator=gen, dtype=torch.float64)
+    dS = torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64)
+    o_ref, S_ref, ctx = chunked.chunk_fwd(q, k, v, g, bb, w, chunk=chunk, initial_state=S0)
+    ref_grads = chunked.chunk_bwd(do, ctx, dS)
+    f = lambda x: None if x is None else x.float().to(DEV)
+    o, S, tctx = triton_chunk_fwd(*(f(x) for x in (q, k, v, g, bb, w)), chunk=chunk, initial_state=f(S0), bv=16)
+    assert rel_err(o.cpu(), o_ref) < TOL
+    assert rel_err(S.cpu(), S_ref) < TOL
+    grads = triton_chunk_bwd(f(do), tctx, f(dS))
+    for name, got, ref in zip(("dq", "dk", "dv", "dg", "db", "dw", "dS0"), grads, ref_grads, strict=True):
+        if ref is None:
+            assert got is None, name
+        else:
+            assert rel_err(got.cpu(), ref) < TOL, name
+
+
+def test_wy_tile_spec_pin():
+    """The kernel's in-register triangular inverse against float64 of the same float32 tile."""
+    q, k, v, g, b, w, _ = make_inputs(T=64, K=16, V=16, dtype=torch.float32)
+    _, _, tctx = triton_chunk_fwd(*(x.to(DEV) for x in (q, k, v, g, b, w)), chunk=32)
+    _, T64 = chunked.wy_intra(k.double(), g.double(), b.double(), chunk=32)
+    assert rel_err(tctx["Tm"].cpu(), T64) < 1e-5
+    # the strictly-upper triangle is structurally zero and the diagonal structurally one: exact
+    Tm = tctx["Tm"].cpu()
+    assert torch.equal(Tm.triu(1), torch.zeros_like(Tm))
+    assert torch.equal(Tm.diagonal(dim1=-2, dim2=-1), torch.ones(Tm.shape[:-1]))
+
+
+@pytest.mark.parametrize("member", R.MEMBERS)
+def test_chunk_family_triton_members(member):
+    """Every member through the autograd.Function on the Triton backend, against its own float64 definition."""
+    q, k, v, g, b, w, beta = make_inputs(T=32, K=16, V=16, scalar_g=(member == "ssd"))
+    gb = beta if member == "kda" else b
+    names = ["q", "k", "v"] + (["g"] if member != "la" else []) + (["b"] if member in ("kda", "gdn") else []) + (
+        ["w"] if member == "gdn" else [])
+    src = dict(q=q, k=k, v=v, g=g, b=gb, w=w)
+    ref_leaves = {n: src[n].clone().requires_grad_() for n in names}
+    ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
+    do = torch.randn_like(ref)
+    ref_grads = torch.autograd.grad((ref * do).sum(), list(ref_leaves.values()))
+    leaves = {n: src[n].float().to(DEV).requires_grad_() for n in names}
+    o, _ = chunk_family(member=member, backend="triton", chunk=16, **leaves)
+    assert rel_err(o.cpu(), ref) < TOL
+    got = torch.autograd.grad((o * do.float().to(DEV)).sum(), list(leaves.values()))
+    for n, a, r in zip(names, got, ref_grads, strict=True):
+        assert rel_err(a.cpu(), r) < TOL, f"{member}: d{n}"

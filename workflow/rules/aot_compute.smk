@@ -1,0 +1,17 @@
+# Compute rule of the aot stage: reproduce mamba#904 by compiling mamba3_siso_bwd_kernel_dqkv (mamba-ssm
+# 2.3.2.post1 sdist, sha256-pinned, fetched into cache/) for sm_100a and sm_90a under several Triton releases.
+# CPU only (no GPU needed, none used); side venvs for the other releases are created under cache/venvs/.
+# About 30 minutes on one core.
+
+
+rule aot_mamba904:
+    output:
+        result="results/aot/mamba904.json",
+        provenance="results/aot/provenance.json",
+    params:
+        versions=["3.6.0", "3.7.1", "3.8.0"],
+        targets=["sm_100a", "sm_90a"],
+    log:
+        "logs/aot/mamba904.log",
+    script:
+        "../scripts/aot_mamba904.py"

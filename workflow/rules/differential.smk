@@ -1,0 +1,61 @@
+# Render rules of the differential stage: KernelBench's check vs the battery (paper-era and hardened 2x2 tables,
+# the disputed cell by gate) and the agreement between KernelBench's own check and our re-implementation.
+# The published tables read the authors' release (data/published/); the per-corpus tables read this project's
+# committed results/differential/<corpus>/differential.json (written by differential_compute.smk).
+import os
+
+RENDER_TARGETS.extend(
+    [
+        "paper/tables/differential_published.md",
+        "paper/tables/differential_published.tex",
+        "paper/tables/differential_published_by_gate.md",
+        "paper/tables/differential_published_by_gate.tex",
+        "paper/tables/kernelbench_agreement_published.md",
+        "paper/tables/kernelbench_agreement_published.tex",
+    ]
+)
+
+# A corpus's table joins the default target once its differential is committed; before that there is nothing
+# to render from, and the default target must never need a compute rule.
+DIFFERENTIAL_CORPORA = [
+    c
+    for c in ("fixture", "sakana-subset", "drkernel")
+    if os.path.exists(os.path.join(workflow.basedir, "results", "differential", c, "differential.json"))
+]
+for _c in DIFFERENTIAL_CORPORA:
+    RENDER_TARGETS.extend(
+        [f"paper/tables/differential_{_c}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]
+    )
+
+
+rule differential_published_tables:
+    input:
+        crossval="data/published/crossval_kernelbench.json",
+        agreement="data/published/kernelbench_actual_agreement.json",
+    output:
+        md="paper/tables/differential_published.md",
+        tex="paper/tables/differential_published.tex",
+        gate_md="paper/tables/differential_published_by_gate.md",
+        gate_tex="paper/tables/differential_published_by_gate.tex",
+        agree_md="paper/tables/kernelbench_agreement_published.md",
+        agree_tex="paper/tables/kernelbench_agreement_published.tex",
+    log:
+        "logs/differential/published_tables.log",
+    script:
+        "../scripts/differential_render.py"
+
+
+rule differential_corpus_tables:
+    input:
+        differential="results/differential/{corpus}/differential.json",
+    output:
+        md="paper/tables/differential_{corpus}.md",
+        tex="paper/tables/differential_{corpus}.tex",
+        gate_md="paper/tables/differential_{corpus}_by_gate.md",
+        gate_tex="paper/tables/differential_{corpus}_by_gate.tex",
+    wildcard_constraints:
+        corpus="fixture|sakana-subset|drkernel",
+    log:
+        "logs/differential/{corpus}_tables.log",
+    script:
+        "../scripts/differential_render.py"
