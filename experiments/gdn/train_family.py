@@ -125,7 +125,7 @@ def train(member, backend, lowp, cfg, device):
         else:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         mask = targets != -100
         accs.append(float((logits.argmax(-1)[mask] == targets[mask]).float().mean()))
     return losses, accs, nonfinite

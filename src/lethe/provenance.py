@@ -10,6 +10,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import sys
@@ -32,8 +33,13 @@ def _git(*args: str) -> str:
 
 def git_sha() -> str:
     """The commit the code ran from, with ``-dirty`` when the tree had uncommitted changes."""
-    sha = _git("rev-parse", "HEAD") or os.environ.get("LETHE_GIT_SHA", "unknown")
-    if sha != "unknown" and _git("status", "--porcelain", "--untracked-files=no"):
+    # The device machine receives a copy of the tree without usable history: the caller passes the sha in.
+    if os.environ.get("LETHE_GIT_SHA"):
+        return os.environ["LETHE_GIT_SHA"]
+    sha = _git("rev-parse", "HEAD")
+    if not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return "unknown"
+    if _git("status", "--porcelain", "--untracked-files=no"):
         sha += "-dirty"
     return sha
 

@@ -26,6 +26,8 @@ def test_markdown_and_latex_content(tmp_path):
     assert r"\begin{tabular}{lrrl}" in tex
     assert "Note: source_x" in md and r"source\_x" in tex
     assert md.endswith("\n") and not md.endswith("\n\n")
+    unescaped = tex.replace(r"\{", "").replace(r"\}", "")
+    assert unescaped.count("{") == unescaped.count("}")
 
 
 def test_same_bytes_twice():

@@ -55,13 +55,18 @@ def inprocess_runner(target, payload=None, arrays=None, *, env=None, **_kw):
     return SandboxResult(status="ok", result=json.loads(json.dumps(result)), arrays=arrays_back)
 
 
+def _exec_file(src: str, name: str) -> dict:
+    """exec a source from a real file (Triton's @jit needs one)."""
+    from lethe.verifier.reference import load_source
+
+    return load_source(src, name)
+
+
 def kb_allclose(ref_src: str, cand_src: str, seed: int = 42, trials: int = 5, tol: float = 1e-2) -> bool:
     """KernelBench's check in miniature: same seed for both models, get_inputs() per trial, fp32,
     torch.allclose(atol=rtol=1e-2) on every trial (no weight copying, no adversarial inputs)."""
-    ref_ns: dict = {}
-    exec(compile(ref_src, "<ref>", "exec"), ref_ns)
-    cand_ns: dict = {}
-    exec(compile(cand_src, "<cand>", "exec"), cand_ns)
+    ref_ns = _exec_file(ref_src, "kb_ref")
+    cand_ns = _exec_file(cand_src, "kb_cand")
     torch.manual_seed(seed)
     init = ref_ns["get_init_inputs"]()
     torch.manual_seed(seed)
@@ -81,10 +86,8 @@ def kb_allclose(ref_src: str, cand_src: str, seed: int = 42, trials: int = 5, to
 
 def kb_grad_allclose(ref_src: str, cand_src: str, seed: int = 42, tol: float = 1e-2) -> bool:
     """The same loose check applied to input gradients (what a 'has a backward' harness would do)."""
-    ref_ns: dict = {}
-    exec(compile(ref_src, "<ref>", "exec"), ref_ns)
-    cand_ns: dict = {}
-    exec(compile(cand_src, "<cand>", "exec"), cand_ns)
+    ref_ns = _exec_file(ref_src, "kb_ref")
+    cand_ns = _exec_file(cand_src, "kb_cand")
     torch.manual_seed(seed)
     init = ref_ns["get_init_inputs"]()
     torch.manual_seed(seed)

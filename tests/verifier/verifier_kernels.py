@@ -144,11 +144,11 @@ SOFTMAX_FIXED_BLOCKS = candidate('''        n = (x.shape[1] // 16) * 16
         y[:, :n] = torch.softmax(x[:, :n], dim=1)
         return y''')
 
-# ORD-01: blocks of 8 summed in bf16, then an fp32 total: ~1e-3 relative error.
+# ORD-01: blocks of 8 rounded to and summed in fp16, then an fp32 total: ~5e-4 relative error.
 SUM_BF16_BLOCKS = candidate('''        n = x.shape[1]
         pad = (-n) % 8
         xp = torch.nn.functional.pad(x, (0, pad))
-        parts = xp.reshape(x.shape[0], -1, 8).bfloat16().sum(-1).float()
+        parts = xp.reshape(x.shape[0], -1, 8).half().sum(-1).float()
         return parts.sum(-1)''')
 
 # ORD-03: one running fp32 total along the row (recursive summation).

@@ -2,6 +2,8 @@
 # renders, the claims ledger (paper/claims.csv) and the results book (paper/book.md). All CPU, seconds.
 # This file is included last (see config "stages"), so RENDER_TARGETS already holds every other stage's outputs.
 
+import yaml
+
 PUBLISHED = "data/published"
 PAPER_FIGURES = {
     # stem: released files it is drawn from (lethe.render.figures.FIGURES keeps the same list)
@@ -16,15 +18,20 @@ PAPER_TABLES = {
 }
 
 
-def _published_present(files):
-    return all(os.path.exists(os.path.join(PUBLISHED, f)) for f in files)
-
-
 # Only stems whose released records are present join the DAG, so a checkout without data/published/ still
 # has a valid DAG; the book then lists them as not rendered.
-FIGURE_STEMS = sorted(s for s, f in PAPER_FIGURES.items() if _published_present(f))
-TABLE_STEMS = sorted(s for s, f in PAPER_TABLES.items() if _published_present(f))
-OTHER_TARGETS = list(RENDER_TARGETS)  # snapshot before our own: what the book embeds
+FIGURE_STEMS = sorted(
+    s for s, fs in PAPER_FIGURES.items() if all(os.path.exists(os.path.join(PUBLISHED, f)) for f in fs)
+)
+TABLE_STEMS = sorted(
+    s for s, fs in PAPER_TABLES.items() if all(os.path.exists(os.path.join(PUBLISHED, f)) for f in fs)
+)
+# What the book embeds: every other stage's render target (snapshot before ours are added) plus our own.
+BOOK_ITEMS = (
+    [t for t in RENDER_TARGETS if t != "paper/book.md"]
+    + expand("figures/{stem}.png", stem=FIGURE_STEMS)
+    + expand("paper/tables/{stem}.md", stem=TABLE_STEMS)
+)
 
 RENDER_TARGETS.extend(
     expand("figures/{stem}.{ext}", stem=FIGURE_STEMS, ext=["png", "pdf"])
@@ -33,14 +40,13 @@ RENDER_TARGETS.extend(
 )
 
 
-def claims_inputs(wildcards):
-    """Every intermediate the ledger spec names that exists now; absent ones become not-reproducible-here."""
-    import yaml
-
-    with open("paper/claims_spec.yaml", encoding="utf-8") as fh:
-        spec = yaml.safe_load(fh)
-    paths = {s["path"] for c in spec["claims"] for s in c["sources"]}
-    return sorted(p for p in paths if os.path.exists(p))
+# Every intermediate the ledger spec names that exists at parse time; absent ones render as
+# not-reproducible-here, so the ledger rule's DAG is valid at every stage of the project.
+with open(os.path.join(workflow.basedir, "paper/claims_spec.yaml"), encoding="utf-8") as _fh:
+    CLAIM_SOURCES = sorted(
+        {src["path"] for claim in yaml.safe_load(_fh)["claims"] for src in claim["sources"]}
+    )
+CLAIM_INPUTS = [p for p in CLAIM_SOURCES if os.path.exists(p)]
 
 
 if FIGURE_STEMS:
@@ -60,8 +66,6 @@ if FIGURE_STEMS:
             ],
             expand("figures/{stem}.pdf", stem=FIGURE_STEMS),
         params:
-            published=PUBLISHED,
-            outdir="figures",
             stems=FIGURE_STEMS,
         log:
             "logs/paper/figures.log",
@@ -86,8 +90,7 @@ if TABLE_STEMS:
             ],
             expand("paper/tables/{stem}.tex", stem=TABLE_STEMS),
         params:
-            published=PUBLISHED,
-            outdir="paper/tables",
+            stems=TABLE_STEMS,
         log:
             "logs/paper/tables.log",
         script:
@@ -97,7 +100,7 @@ if TABLE_STEMS:
 rule paper_claims:
     input:
         spec="paper/claims_spec.yaml",
-        sources=claims_inputs,
+        sources=CLAIM_INPUTS,
     output:
         csv=report("paper/claims.csv", caption="../report/claims.rst", category="Claims ledger"),
     params:
@@ -113,16 +116,12 @@ rule paper_book:
         claims="paper/claims.csv",
         order="paper/templates/book.yaml",
         template="paper/templates/book.md.j2",
-        rendered=[t for t in OTHER_TARGETS if t != "paper/book.md"]
-        + expand("figures/{stem}.png", stem=FIGURE_STEMS)
-        + expand("paper/tables/{stem}.md", stem=TABLE_STEMS),
+        rendered=BOOK_ITEMS,
     output:
         book=report("paper/book.md", caption="../report/book.rst", category="Results book"),
     params:
         root=".",
-        rendered=[t for t in OTHER_TARGETS if t != "paper/book.md"]
-        + expand("figures/{stem}.png", stem=FIGURE_STEMS)
-        + expand("paper/tables/{stem}.md", stem=TABLE_STEMS),
+        rendered=BOOK_ITEMS,
     log:
         "logs/paper/book.log",
     script:

@@ -24,6 +24,8 @@ class ModelNew(nn.Module):
         blocks = xf.reshape(*xf.shape[:-1], -1, self._BLOCK)
         inner = torch.cumsum(blocks, dim=-1)
         totals = inner[..., -1]
-        carry = torch.cumsum(totals, dim=-1) - totals
+        # Exclusive scan of the block totals by shifting, not as cumsum(totals) - totals: the subtraction turns
+        # a NaN or an infinity in a later block into NaN for every earlier block (inf - inf).
+        carry = torch.nn.functional.pad(torch.cumsum(totals, dim=-1)[..., :-1], (1, 0))
         y = (inner + carry.unsqueeze(-1)).reshape(*xf.shape[:-1], -1)[..., :n]
         return y.to(x.dtype)

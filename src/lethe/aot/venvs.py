@@ -44,24 +44,39 @@ def ensure(version: str) -> Path:
     py = venv_python(version)
     if py.exists() and triton_version_of(py) == version:
         return py
-    root = py.parent.parent
+    ensure_env(f"triton-{version}", [f"triton=={version}"], no_deps=True)
+    got = triton_version_of(py)
+    if got != version:
+        raise RuntimeError(f"side venv {py.parent.parent} imports triton {got!r}, expected {version}")
+    return py
+
+
+def ensure_env(name: str, requirements: list[str], *, no_deps: bool) -> Path:
+    """Create ``cache/venvs/<name>`` with pinned ``requirements`` on top of the project's packages.
+
+    The project venv's site-packages is appended after the side venv's own (a ``.pth`` file), so what the side
+    venv installs shadows the project's copy and everything else (torch, numpy) is shared.
+    """
+    root = VENV_ROOT / name
+    py = root / "bin" / "python"
+    marker = root / "lethe-requirements.txt"
+    wanted = "\n".join(requirements) + "\n"
+    if py.exists() and marker.exists() and marker.read_text() == wanted:
+        return py
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(root)], check=True)
-    subprocess.run(
-        [str(py), "-m", "pip", "install", "-q", "--no-deps", "--disable-pip-version-check", f"triton=={version}"],
-        check=True,
-    )
+    cmd = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", *requirements]
+    if no_deps:
+        cmd.insert(5, "--no-deps")
+    subprocess.run(cmd, check=True)
     side_site = Path(
         subprocess.run(
             [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
             capture_output=True, text=True, check=True,
         ).stdout.strip()
     )
-    # Appended after the venv's own site-packages, so the side triton shadows the project's.
     project_sites = [p for p in site.getsitepackages() if Path(p).exists()]
     (side_site / "zz_lethe_project.pth").write_text("".join(f"{p}\n" for p in project_sites))
-    got = triton_version_of(py)
-    if got != version:
-        raise RuntimeError(f"side venv {root} imports triton {got!r}, expected {version}")
+    marker.write_text(wanted)
     return py
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from lethe.render.keypath import load_document
 from lethe.render.style import OKABE_ITO, PUBLISHED_TAG, new_figure, save_figure, style
@@ -45,15 +46,16 @@ def gate_failures(published: Path, outdir: Path) -> None:
         fig, ax = new_figure(6.0, 3.4)
         y = np.arange(len(order))[::-1]
         ax.barh(y, fails, color=OKABE_ITO["vermillion"], label="fail")
-        ax.barh(y, errors, left=fails, color=OKABE_ITO["sky_blue"], label="error (gate crashed)")
+        ax.barh(y, errors, left=fails, color=OKABE_ITO["sky_blue"], label="error (the gate itself crashed)")
         for yi, f, e in zip(y, fails, errors, strict=True):
             ax.text(f + e + 8, yi, f"{f:,}" + (f" + {e:,}" if e else ""), va="center", fontsize=8)
         ax.set_yticks(y, order)
+        ax.set_xlim(0, 1.16 * float((fails + errors).max()))  # room for the count labels
         ax.set_xlabel(f"kernels (of {drk['gated']:,} gated, {drk['denominator']:,} audited)")
         ax.set_title("Failures per contract gate, Dr. Kernel cold-start")
         ax.grid(axis="x")
         ax.grid(axis="y", visible=False)
-        ax.legend(loc="lower right")
+        ax.legend(loc="lower right", title="labels: fail + error", title_fontsize=8)
         save_figure(fig, "published_gate_failures", outdir)
 
 
@@ -123,6 +125,7 @@ def elapsed(published: Path, outdir: Path) -> None:
         ax.hist(secs, bins=bins, color=OKABE_ITO["bluish_green"])
         ax.axvline(median, color=OKABE_ITO["black"], ls="--", lw=1.0, label=f"median {median:.1f} s")
         ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
         ax.set_xlabel("seconds per kernel (all gates, B200)")
         ax.set_ylabel("kernels")
         ax.set_title(f"Audit time per kernel ({len(secs):,} released rows)")

@@ -76,10 +76,14 @@ TABLES = {
 }
 
 
-def render_all(published: str | os.PathLike[str], tables: str | os.PathLike[str]) -> list[str]:
+def render_all(published: str | os.PathLike[str], tables: str | os.PathLike[str],
+               stems: tuple[str, ...] | None = None) -> list[str]:
+    """Render every table (or those named in ``stems``) whose inputs exist; returns the stems rendered."""
     published, tables = Path(published), Path(tables)
     done = []
     for stem, (inputs, fn) in TABLES.items():
+        if stems is not None and stem not in stems:
+            continue
         if all((published / i).is_file() for i in inputs):
             fn(published, tables)
             done.append(stem)

@@ -1,0 +1,177 @@
+"""Second corpus on the H200: compile in parallel, audit under every contract profile, KernelBench's
+paper-era check beside it, per-kernel throughput and shard scaling.
+
+Correctness comes first (every row is a verdict); timing is wall clock per kernel as the audit sees it, with
+compilation measured separately in its own phase (the extension cache is then shared, keyed by source hash).
+
+    python3 experiments/foreign/sakana_h200.py --out $OUT/foreign [--limit N] [--workers 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+
+from lethe import provenance  # noqa: E402
+from lethe.corpora import sakana  # noqa: E402
+
+SUBSET = ROOT / "data" / "sakana_subset" / "subset.jsonl"
+
+
+def _compile_one(item_id: str, cand_src: str, ext_dir: str) -> dict:
+    """Build one candidate's extension in a fresh process (ProcessPool worker), timing only the build."""
+    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    t0 = time.perf_counter()
+    try:
+        ns: dict = {"__name__": f"cand_{abs(hash(item_id))}"}
+        exec(compile(cand_src, f"<{item_id}>", "exec"), ns)
+        ns["_ext"]()
+        return {"id": item_id, "compiled": True, "compile_seconds": round(time.perf_counter() - t0, 3), "error": ""}
+    except BaseException as exc:  # noqa: BLE001 - a build failure is this row's finding, not the run's
+        return {"id": item_id, "compiled": False, "compile_seconds": round(time.perf_counter() - t0, 3),
+                "error": f"{type(exc).__name__}: {exc}"[-1500:]}
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--limit", type=int, default=0, help="audit only the first N rows (0 = all)")
+    ap.add_argument("--workers", type=int, default=16, help="parallel compile processes")
+    ap.add_argument("--profiles", default="strict,cuda-default,fast-math")
+    ap.add_argument("--scaling", default="1,2,4", help="concurrent shards for the scaling measurement")
+    ap.add_argument("--scaling-kernels", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--skip-kb", action="store_true")
+    args = ap.parse_args(argv)
+
+    import pandas as pd
+    import torch
+
+    from lethe.kernelbench.check import check_isolated
+    from lethe.verifier.api import verify
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    ext_dir = str(out / "torch_extensions")
+    os.environ["LETHE_SANDBOX_EXTENSIONS_DIR"] = ext_dir
+    os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+
+    rows = sakana.load_rows(SUBSET)
+    items = []
+    for r in rows:
+        it = sakana.to_item(r)
+        it["sakana_correct"] = str(r.get("Correct")).lower() == "true"
+        it["level"] = int(r.get("Level_ID"))
+        items.append(it)
+    if args.limit:
+        items = items[: args.limit]
+    print(f"[sakana] {len(items)} rows, device={device}", flush=True)
+
+    # Phase 1: compile every candidate in parallel (16 cores), once.
+    t0 = time.perf_counter()
+    compile_rows = []
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        futs = {pool.submit(_compile_one, it["id"], it["candidate"], ext_dir): it for it in items if it["candidate"]}
+        for f in as_completed(futs):
+            compile_rows.append(f.result())
+    compile_wall = time.perf_counter() - t0
+    for it in items:
+        if not it["candidate"]:
+            compile_rows.append({"id": it["id"], "compiled": False, "compile_seconds": 0.0,
+                                 "error": it["extract_error"] or "no candidate"})
+    compiled = {c["id"]: c for c in compile_rows}
+    print(f"[sakana] compile phase: {sum(c['compiled'] for c in compile_rows)}/{len(items)} built "
+          f"in {compile_wall:.1f} s wall", flush=True)
+
+    # Phase 2: the battery under each profile (reference cached per source and seed across kernels/profiles).
+    verdict_rows = []
+    for profile in args.profiles.split(","):
+        for n, it in enumerate(items, 1):
+            if not it["candidate"]:
+                continue
+            row = verify(it["reference"], it["candidate"], profile=profile, device=device, seed=args.seed,
+                         kernel_id=it["id"], corpus="sakana-subset", op_class=it["op_class"], timeout_s=600)
+            row["sakana_correct"] = it["sakana_correct"]
+            row["level"] = it["level"]
+            row["compiled_in_phase1"] = compiled.get(it["id"], {}).get("compiled", False)
+            verdict_rows.append(row)
+            fails = [g for g, v in row.get("gates", {}).items() if v["status"] in ("fail", "error")]
+            print(f"[audit {profile} {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s "
+                  f"fails={fails}", flush=True)
+
+    # Phase 3: KernelBench's paper-era check beside it.
+    kb_rows = []
+    if not args.skip_kb:
+        for n, it in enumerate(items, 1):
+            if not it["candidate"]:
+                continue
+            t1 = time.perf_counter()
+            kb = check_isolated(it["reference"], it["candidate"], variant="paper", device=device, timeout_s=600)
+            kb = {k: (json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v)
+                  for k, v in kb.items()}
+            kb.update({"id": it["id"], "seconds": round(time.perf_counter() - t1, 3)})
+            kb_rows.append(kb)
+            print(f"[kb {n}/{len(items)}] {it['id']}: {kb.get('outcome')}", flush=True)
+
+    # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
+    scaling = []
+    subset = [it for it in items if it["candidate"]][: args.scaling_kernels]
+    for k in [int(x) for x in args.scaling.split(",") if x]:
+        t1 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=k) as pool:
+            list(pool.map(lambda it: verify(it["reference"], it["candidate"], profile="strict", device=device,
+                                            seed=args.seed + 1, kernel_id=it["id"], corpus="sakana-subset"),
+                          subset))
+        wall = time.perf_counter() - t1
+        scaling.append({"concurrent_shards": k, "kernels": len(subset), "wall_s": round(wall, 3),
+                        "kernels_per_s": round(len(subset) / wall, 4)})
+        print(f"[scaling] {k} shards: {wall:.1f} s for {len(subset)} kernels", flush=True)
+
+    strict = [r for r in verdict_rows if r["profile"] == "strict" and r["status"] == "gated"]
+    secs = [r["seconds"] for r in strict]
+    comp = [c["compile_seconds"] for c in compile_rows if c["compiled"]]
+    throughput = {
+        "device": device,
+        "kernels_timed": len(secs),
+        "per_kernel_s": {"median": round(statistics.median(secs), 3) if secs else None,
+                         "p90": round(percentile(secs, 0.9), 3) if secs else None},
+        "compile_s": {"median": round(statistics.median(comp), 3) if comp else None,
+                      "p90": round(percentile(comp, 0.9), 3) if comp else None,
+                      "wall_parallel": round(compile_wall, 3), "workers": args.workers},
+        "scaling": scaling,
+        "note": "per-kernel seconds = one verify() call (reference cached per source+seed, candidate in its "
+                "own sandboxed process) excluding compilation, which phase 1 did once in parallel",
+    }
+    from lethe.verifier.records import write_rows
+
+    write_rows(verdict_rows, out / "rows.parquet")
+    pd.DataFrame(kb_rows).to_parquet(out / "kb_rows.parquet", index=False)
+    pd.DataFrame(compile_rows).sort_values("id").to_parquet(out / "compile.parquet", index=False)
+    (out / "throughput.json").write_text(json.dumps(throughput, indent=2, sort_keys=True) + "\n")
+    provenance.write(out / "provenance.json", command=" ".join([sys.executable, *sys.argv]),
+                     experiment="foreign/sakana_h200", rows=len(items))
+    print(json.dumps(throughput, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

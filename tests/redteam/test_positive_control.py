@@ -1,0 +1,278 @@
+"""Each trusted kernel agrees with its own hand-derived float64 formula, before the verifier ever sees it.
+
+The formulas below are written from the mathematical definitions in numpy float64 (or exact ``math.fsum``),
+independently of both ``ref.py`` and ``cand.py``. A candidate's parameters are read from the candidate itself,
+so the check does not lean on the reference model at all. Tolerances are derived from the dtype's unit
+roundoff: ``K * eps * (|r| + sqrt(n) * S)`` with ``S`` the largest |reference| and ``n`` the reduction length
+(rounding of the result plus a reduction of length n in some order), K = 16 ulps.
+
+Besides values at the benchmark shape, each kernel is checked where the issue says a trusted kernel must hold:
+odd shapes (not multiples of any block size), fp16 inputs (upcast, output cast back to fp16), determinism
+(bitwise equal repeats), NaN/Inf propagation (same non-finite positions as torch's own float64 operator) and,
+where the output can be subnormal, no flush to zero. The last tests show the check can fail: the broken twins
+from the red team are rejected by the same formulas.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from itertools import accumulate
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from lethe.redteam.manifest import DATA_ROOT
+
+EPS = {torch.float32: 2.0**-23, torch.float16: 2.0**-10}
+K_ULPS = 16
+
+
+def load(suite: str, name: str, cls: str = "ModelNew"):
+    """Instantiate ModelNew (or Model) the way KernelBench does: seeded, from the reference's init inputs."""
+    os.environ["TRITON_INTERPRET"] = "1"  # read when @triton.jit decorates; CPU-only machine
+    folder = DATA_ROOT / suite / name
+    ref_ns: dict = {}
+    exec(compile((folder / "ref.py").read_text(), str(folder / "ref.py"), "exec"), ref_ns)
+    ns: dict = {}
+    src = folder / ("cand.py" if cls == "ModelNew" else "ref.py")
+    exec(compile(src.read_text(), str(src), "exec"), ns)
+    torch.manual_seed(0)
+    return ns[cls](*ref_ns["get_init_inputs"]())
+
+
+def tol(r: np.ndarray, dtype: torch.dtype, n: int) -> np.ndarray:
+    fin = np.isfinite(r)
+    s = float(np.abs(r[fin]).max()) if fin.any() else 0.0
+    return K_ULPS * EPS[dtype] * (np.abs(np.where(fin, r, 0.0)) + math.sqrt(n) * s)
+
+
+def assert_matches(out: torch.Tensor, r: np.ndarray, dtype: torch.dtype, n: int) -> None:
+    assert out.dtype == dtype, f"output dtype {out.dtype} != input dtype {dtype}"
+    o = out.detach().double().numpy()
+    assert o.shape == r.shape
+    assert np.array_equal(np.isnan(o), np.isnan(r)), "NaN positions differ"
+    fin = np.isfinite(r)
+    assert np.array_equal(o[~fin & ~np.isnan(r)], r[~fin & ~np.isnan(r)]), "infinities differ"
+    err = np.abs(o[fin] - r[fin])
+    bound = tol(r, dtype, n)[fin]
+    assert (err <= bound).all(), f"max err {err.max():.3e}, max err/bound {(err / bound).max():.2f}"
+
+
+# ---------------------------------------------------------------- float64 formulas (from the definitions)
+
+def softmax64(x: np.ndarray) -> np.ndarray:
+    m = x.max(axis=-1, keepdims=True)
+    e = np.exp(x - m)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def layernorm64(x, w, b, eps):
+    mu = x.mean(axis=-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(axis=-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def rmsnorm64(x, w, eps):
+    return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) * w
+
+
+def cumsum_exact(x: np.ndarray) -> np.ndarray:
+    """Every prefix as the correctly rounded exact sum (math.fsum), O(n^2) but exact."""
+    flat = x.reshape(-1, x.shape[-1])
+    out = np.empty_like(flat)
+    for i, row in enumerate(flat):
+        vals = list(row)
+        out[i] = [math.fsum(vals[: j + 1]) for j in range(len(vals))]
+    return out.reshape(x.shape)
+
+
+def attention64(q, k, v):
+    s = np.einsum("...id,...jd->...ij", q, k) / math.sqrt(q.shape[-1])
+    return np.einsum("...ij,...jd->...id", softmax64(s), v)
+
+
+def p64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().double().numpy()
+
+
+# ---------------------------------------------------------------- cases
+
+def _rand(*shape, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+SHAPES_2D = [(16, 256), (7, 13), (3, 1), (5, 257), (2, 1000)]
+
+
+@pytest.mark.parametrize("name", ["pc_softmax", "pc_softmax_triton"])
+@pytest.mark.parametrize("shape", SHAPES_2D)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_softmax_values(name, shape, dtype):
+    m = load("positive_control", name)
+    x = _rand(*shape, dtype=dtype) * 3
+    assert_matches(m(x), softmax64(p64(x)), dtype, shape[-1])
+
+
+@pytest.mark.parametrize("shape", SHAPES_2D[:4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_layernorm_values(shape, dtype):
+    m = load("positive_control", "pc_layernorm")
+    with torch.no_grad():
+        m.ln.weight.copy_(1 + 0.3 * _rand(m.ln.weight.shape[0], seed=5))
+        m.ln.bias.copy_(0.3 * _rand(m.ln.weight.shape[0], seed=6))
+    if shape[-1] != m.ln.weight.shape[0]:
+        m = type(m)(shape[-1])
+    x = _rand(*shape, dtype=dtype) * 2 + 0.5
+    r = layernorm64(p64(x), p64(m.ln.weight), p64(m.ln.bias), m.ln.eps)
+    assert_matches(m(x), r, dtype, shape[-1])
+
+
+def _offset_check(m, x):
+    """Layer norm of rows whose mean is 1e4 times their spread.
+
+    Such rows are ill-conditioned for ANY fp32 algorithm: the mean itself is only known to eps*|mean|, which
+    shifts every output by eps*|mean|/std. The bound therefore carries the condition number
+    cond = max|x| / std; a correct two-pass kernel stays within it, the one-pass E[x^2] - E[x]^2 formula
+    (which loses eps*mean^2 against a variance of std^2) does not.
+    """
+    xd = p64(x)
+    r = layernorm64(xd, p64(m.ln.weight), p64(m.ln.bias), m.ln.eps)
+    cond = float(np.abs(xd).max() / xd.std(axis=-1).min())
+    out = m(x).detach().double().numpy()
+    s = float(np.abs(r).max())
+    err = np.abs(out - r)
+    return err, K_ULPS * EPS[torch.float32] * cond * (np.abs(r) + s)
+
+
+def test_layernorm_offset_rows_within_conditioned_bound():
+    m = load("positive_control", "pc_layernorm")
+    err, bound = _offset_check(m, 1000.0 + 0.1 * _rand(8, 256))
+    assert (err <= bound).all(), (err / bound).max()
+
+
+@pytest.mark.parametrize("shape", [(16, 256), (7, 13), (4, 257)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_rmsnorm_values(shape, dtype):
+    m = load("positive_control", "pc_rmsnorm")
+    if shape[-1] != m.weight.shape[0]:
+        torch.manual_seed(1)
+        m = type(m)(shape[-1])
+    x = _rand(*shape, dtype=dtype)
+    assert_matches(m(x), rmsnorm64(p64(x), p64(m.weight), 1e-6), dtype, shape[-1])
+
+
+@pytest.mark.parametrize("mkn", [(64, 96, 48), (1, 1, 1), (33, 65, 17), (70, 31, 130)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_matmul_values(mkn, dtype):
+    M_, K_, N_ = mkn
+    m = load("positive_control", "pc_matmul_triton")
+    a, b = _rand(M_, K_, dtype=dtype, seed=1), _rand(K_, N_, dtype=dtype, seed=2)
+    assert_matches(m(a, b), p64(a) @ p64(b), dtype, K_)
+
+
+@pytest.mark.parametrize("shape", [(16, 256), (3, 7), (2, 65), (2, 300)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cumsum_values(shape, dtype):
+    m = load("positive_control", "pc_cumsum")
+    x = _rand(*shape, dtype=dtype)
+    assert_matches(m(x), cumsum_exact(p64(x)), dtype, shape[-1])
+
+
+def test_cumsum_running_sum_matches_accumulate():
+    """The exact-prefix helper itself: on integers (exact in float64) it equals itertools.accumulate."""
+    x = np.arange(1, 40, dtype=np.float64).reshape(1, -1)
+    assert cumsum_exact(x)[0].tolist() == list(accumulate(x[0].tolist()))
+
+
+def test_cumsum_keeps_subnormals():
+    m = load("positive_control", "pc_cumsum")
+    x = torch.full((2, 70), 2.0**-140)  # fp32 subnormals; every prefix stays subnormal
+    out = m(x)
+    assert (out > 0).all()
+    assert_matches(out, cumsum_exact(p64(x)), torch.float32, 70)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 64, 32), (1, 1, 5, 3), (1, 2, 33, 8), (2, 1, 100, 16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_attention_values(shape, dtype):
+    m = load("positive_control", "pc_attention")
+    q, k, v = (_rand(*shape, dtype=dtype, seed=s) for s in (1, 2, 3))
+    r = attention64(p64(q), p64(k), p64(v))
+    assert_matches(m(q, k, v), r, dtype, shape[-2] * shape[-1])
+
+
+# ---------------------------------------------------------------- contract properties
+
+CALLS = {
+    "pc_softmax": lambda: [_rand(6, 37) * 3],
+    "pc_softmax_triton": lambda: [_rand(6, 37) * 3],
+    "pc_layernorm": lambda: [_rand(6, 256)],
+    "pc_rmsnorm": lambda: [_rand(6, 256)],
+    "pc_matmul_triton": lambda: [_rand(33, 40, seed=1), _rand(40, 9, seed=2)],
+    "pc_cumsum": lambda: [_rand(6, 150)],
+    "pc_attention": lambda: [_rand(1, 2, 40, 8, seed=s) for s in (1, 2, 3)],
+}
+
+
+def _trusted_names() -> list[str]:
+    return sorted(p.name for p in Path(DATA_ROOT / "positive_control").iterdir() if p.is_dir())
+
+
+def test_every_trusted_kernel_has_a_float64_check():
+    assert sorted(CALLS) == _trusted_names()
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_deterministic_and_fresh_output(name):
+    m = load("positive_control", name)
+    xs = CALLS[name]()
+    a = m(*xs)
+    b = m(*xs)
+    assert torch.equal(a.view(torch.int32), b.view(torch.int32)), "repeats differ bitwise"
+    assert a.data_ptr() != b.data_ptr()
+    assert all(a.data_ptr() != x.data_ptr() for x in xs)
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_nonfinite_propagation_like_torch(name):
+    """NaN and +-Inf injected into the first input land where torch's own float64 operator puts them."""
+    m = load("positive_control", name)
+    ref = load("positive_control", name, cls="Model").double()
+    if name in ("pc_layernorm", "pc_rmsnorm"):
+        ref.load_state_dict({k: v.double() for k, v in m.state_dict().items()})
+    xs = CALLS[name]()
+    flat = xs[0].view(-1)
+    flat[3], flat[flat.numel() // 2], flat[-2] = float("nan"), float("inf"), float("-inf")
+    out = m(*xs).detach().double().numpy()
+    with torch.no_grad():
+        r = ref(*[x.double() for x in xs]).numpy()
+    assert np.array_equal(np.isnan(out), np.isnan(r))
+    assert np.array_equal(np.isposinf(out), np.isposinf(r))
+    assert np.array_equal(np.isneginf(out), np.isneginf(r))
+
+
+# ---------------------------------------------------------------- the checks can fail
+
+def test_check_rejects_tail_mask_twin():
+    bad = load("red_team", "cmp03_softmax_tail_mask_triton")
+    x = _rand(5, 257)
+    with pytest.raises(AssertionError):
+        assert_matches(bad(x), softmax64(p64(x)), torch.float32, 257)
+
+
+def test_check_rejects_onepass_variance_twin():
+    bad = load("red_team", "ord03_layernorm_onepass_var")
+    err, bound = _offset_check(bad, 1000.0 + 0.1 * _rand(8, 256))
+    assert not (err <= bound).all()
+
+
+def test_check_rejects_fp32_output_for_fp16_input():
+    bad = load("red_team", "res01_layernorm_upcast_output")
+    x = _rand(4, 256, dtype=torch.float16)
+    r = layernorm64(p64(x), p64(bad.ln.weight), p64(bad.ln.bias), bad.ln.eps)
+    with pytest.raises(AssertionError, match="dtype"):
+        assert_matches(bad(x), r, torch.float16, 256)

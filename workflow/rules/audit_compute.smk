@@ -1,0 +1,74 @@
+# Compute rules of the audit stage: fetch a corpus, verify it in shards (scatter), gather rows + aggregates.
+#
+#   snakemake --cores all --config compute=audit                       the fixture corpus (config default)
+#   snakemake --cores all --config compute=audit audit='{"corpus": "drkernel", "shards": 64}' --profile workflow/profiles/slurm
+#
+# One job per shard, not per kernel: thousands of one-kernel jobs cost minutes of scheduling. A shard keeps a
+# row-level checkpoint under cache/audit/ (not a rule output, so Snakemake never deletes it when a job dies):
+# re-running a killed shard resumes where it stopped.
+
+AUDIT_CORPUS = config["audit"]["corpus"]
+AUDIT_SHARDS = int(config["audit"]["shards"])
+AUDIT_CACHE = f"cache/audit/{AUDIT_CORPUS}"
+
+
+def audit_corpus_file(corpus):
+    """Path of a corpus's input file: committed for fixture/sakana-subset, fetched into the cache otherwise."""
+    from lethe.corpora.fetch import PINS
+    from lethe.corpora.items import LOCAL_FILES
+
+    if corpus in LOCAL_FILES:
+        return LOCAL_FILES[corpus]
+    if corpus in PINS:
+        return str(PINS[corpus].path(config["corpora"]["cache_dir"]))
+    raise ValueError(f"unknown audit corpus {corpus!r}: expected one of {sorted(LOCAL_FILES) + sorted(PINS)}")
+
+
+rule corpora_fetch:
+    output:
+        f"{config['corpora']['cache_dir']}/{{dataset}}/{{revision}}/{{filename}}",
+    params:
+        cache_dir=config["corpora"]["cache_dir"],
+    log:
+        "logs/audit/fetch_{dataset}_{revision}_{filename}.log",
+    script:
+        "../scripts/audit_fetch.py"
+
+
+rule audit_shard:
+    input:
+        corpus=audit_corpus_file(AUDIT_CORPUS),
+    output:
+        f"{AUDIT_CACHE}/shards/{{i}}-of-{AUDIT_SHARDS}.parquet",
+    params:
+        corpus=AUDIT_CORPUS,
+        shards=AUDIT_SHARDS,
+        checkpoint=lambda wc: f"{AUDIT_CACHE}/checkpoints/{wc.i}-of-{AUDIT_SHARDS}.jsonl",
+        profiles=config["profiles"],
+        device=config["device"],
+        seed=config["seed"],
+        timeout_s=config["audit"]["timeout_s"],
+        verifier=config["audit"].get("verifier", ""),
+    resources:
+        gpu=1 if config["device"] == "cuda" else 0,
+        mem_mb=int(config["audit"]["memory_mb"]) + 2048,
+    log:
+        f"logs/audit/{AUDIT_CORPUS}/shard-{{i}}-of-{AUDIT_SHARDS}.log",
+    script:
+        "../scripts/audit_shard.py"
+
+
+rule audit_gather:
+    input:
+        expand(f"{AUDIT_CACHE}/shards/{{i}}-of-{AUDIT_SHARDS}.parquet", i=range(AUDIT_SHARDS)),
+    output:
+        rows=f"results/audit/{AUDIT_CORPUS}/rows.parquet",
+        aggregates=f"results/audit/{AUDIT_CORPUS}/aggregates.json",
+        provenance=f"results/audit/{AUDIT_CORPUS}/provenance.json",
+    params:
+        corpus=AUDIT_CORPUS,
+        config=lambda wc: {k: config[k] for k in ("audit", "profiles", "device", "seed")},
+    log:
+        f"logs/audit/{AUDIT_CORPUS}/gather.log",
+    script:
+        "../scripts/audit_gather.py"

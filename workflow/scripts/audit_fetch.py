@@ -1,0 +1,13 @@
+"""Fetch one pinned corpus file into the corpora cache (fails at once, with instructions, when offline)."""
+
+from pathlib import Path
+
+from lethe.corpora.fetch import PINS, fetch
+
+snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
+
+target = Path(snakemake.output[0])
+pin = next((p for p in PINS.values() if p.path(snakemake.params.cache_dir) == target), None)
+if pin is None:
+    raise SystemExit(f"no pin for {target} (known datasets: {[p.dataset for p in PINS.values()]})")
+fetch(pin, snakemake.params.cache_dir)
