@@ -11,7 +11,9 @@ import importlib
 
 import pytest
 
+from lethe.audit import aggregate as agg
 from lethe.kernelbench import check as kb
+from lethe.kernelbench import differential as diff
 from lethe.kernelbench.problems import CORRECT_SOFTMAX_CAND, KNOWN_HOLES, SOFTMAX_REF
 
 HOLES = {h.name: h for h in KNOWN_HOLES}
@@ -56,18 +58,25 @@ def _verify():
 
 
 def _rejected(verdict) -> bool:
-    status = verdict["status"] if isinstance(verdict, dict) else verdict.status
-    return status != "pass"
+    """The differential's own predicate: a failed gate, a crash under a gate, or a failure before gating."""
+    return diff.battery_rejects(verdict)
 
 
+def _failing(verdict) -> list[str]:
+    return diff.failing_gates(agg.normalize_row(verdict))
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HOLES))
 def test_battery_rejects_the_exploit(name):
     verify = _verify()
     hole = HOLES[name]
     verdict = verify(hole.ref_src, hole.cand_src, profile="strict", device="cpu", seed=20260829)
     assert _rejected(verdict), (hole.battery_should_catch, verdict)
+    assert _failing(verdict) != [diff.NO_GATE], verdict  # rejected by a gate, not by a harness failure
 
 
+@pytest.mark.slow
 def test_battery_accepts_a_correct_softmax():
     """Control for the battery side: the rejections above are not the battery rejecting everything."""
     verify = _verify()

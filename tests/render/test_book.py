@@ -41,9 +41,25 @@ def test_order_embedding_and_extras(tmp_path):
     assert "reproduced 1" in text and "\n\n\n" not in text
 
 
+def test_glob_entries_follow_the_rendered_targets(tmp_path):
+    root = tmp_path / "repo"
+    (root / "paper/tables").mkdir(parents=True)
+    for name in ("differential_published", "differential_fixture", "differential_zeta"):
+        (root / f"paper/tables/{name}.md").write_text(f"table {name}\n")
+    order = _order(tmp_path, [
+        {"path": "paper/tables/differential_published.md", "title": "Published"},
+        {"glob": "paper/tables/differential_*.md", "title": "Ours"},
+    ])
+    rendered = [f"paper/tables/differential_{n}.md" for n in ("zeta", "published", "fixture")]
+    text = render_book(root, rendered, LEDGER, tmp_path / "out.md", order_path=order)
+    assert text.count("table differential_published") == 1  # not repeated by the glob
+    assert text.index("Ours (differential_fixture)") < text.index("Ours (differential_zeta)")
+    assert "Further rendered" not in text
+
+
 def test_repo_book_order_lists_our_outputs(repo):
     order = yaml.safe_load((repo / "paper/templates/book.yaml").read_text())
-    listed = {i["path"] for s in order["sections"] for i in s["items"]}
+    listed = {i.get("path") for s in order["sections"] for i in s["items"]}
     for spec in figures.FIGURES:
         assert f"figures/{spec.stem}.png" in listed
     for stem in published_tables.TABLES:

@@ -20,10 +20,11 @@ def _render_into(out: Path, published: Path, repo: Path) -> dict[str, bytes]:
 
 
 def test_render_twice_is_byte_identical(tmp_path, published_dir, repo):
-    start = time.perf_counter()
+    # CPU time, not wall time: the test box is shared, and contention must not decide the verdict.
+    start = time.process_time()
     first = _render_into(tmp_path / "a", published_dir, repo)
     second = _render_into(tmp_path / "b", published_dir, repo)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     assert sorted(first) == sorted(second)
     assert len([k for k in first if k.endswith((".png", ".pdf"))]) == 2 * len(figures.FIGURES)
     differing = [k for k in first if first[k] != second[k]]
@@ -34,7 +35,7 @@ def test_render_twice_is_byte_identical(tmp_path, published_dir, repo):
             assert b"/CreationDate" not in data and b"/Producer" not in data, name
         if name.endswith(".png"):
             assert b"Software" not in data and b"matplotlib" not in data.lower(), name
-    # the whole render path (twice) must fit easily in the 2-minute budget on 2 cores
+    # the whole render path, twice, must fit well inside the 2-minute budget of the default target
     assert elapsed < 60, elapsed
 
 

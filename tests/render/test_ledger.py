@@ -88,8 +88,8 @@ def test_status_rule(tmp_path):
         _claim("rounded", 43.7, "percent", [{"path": "data/published/a.json", "key": "stored_rate"}]),
         _claim("repro", 2638, "count", [{"path": "results/x/b.json", "key": "v"},
                                         {"path": "data/published/a.json", "key": "n"}]),
-        _claim("fallback", 2638, "count", [{"path": "results/x/absent.json", "key": "v"},
-                                           {"path": "data/published/a.json", "key": "n"}]),
+        _claim("fallback", 2638, "count", [{"path": "results/x/absent.json", "key": "v", "note": "ours"},
+                                           {"path": "data/published/a.json", "key": "n", "note": "theirs"}]),
         _claim("badkey", 2638, "count", [{"path": "results/x/b.json", "key": "nope"}]),
         _claim("absent", 3.3e-3, "sci", [{"path": "results/gdn/e2e.json", "key": "err"}], digits=2,
                unavailable="needs a B200"),
@@ -102,6 +102,7 @@ def test_status_rule(tmp_path):
     assert "43.8%" in rows["rounded"]["note"] and "percentage points" in rows["rounded"]["note"]
     assert rows["repro"]["status"] == "reproduced"
     assert rows["fallback"]["status"] == "published"
+    assert rows["fallback"]["note"] == "theirs"  # only the note of the source actually used
     assert rows["badkey"]["status"] == "not-reproducible-here" and "no key 'nope'" in rows["badkey"]["note"]
     assert rows["absent"]["status"] == "not-reproducible-here"
     assert rows["absent"]["rendered_value"] == "n/a" and "needs a B200" in rows["absent"]["note"]
@@ -142,3 +143,25 @@ def test_csv_roundtrip(ledger):
     text = ledger_csv(ledger)
     back = list(csv.DictReader(text.splitlines()))
     assert back == [{k: r[k] for k in COLUMNS} for r in ledger]
+
+
+def test_reproduced_sources_of_other_stages(tmp_path, repo):
+    """The spec's results/ sources read the files other stages write (schemas as in their code), and win."""
+    (tmp_path / "results/aot").mkdir(parents=True)
+    (tmp_path / "results/positive_control").mkdir(parents=True)
+    rows = [  # lethe.aot.mamba904.build_result rows: violations from lethe.aot.limits.check
+        {"target": "sm_90a", "triton": "3.6.0", "violations": []},
+        {"target": "sm_100a", "triton": "3.6.0", "violations": ["tensor memory 544 columns > 512 on sm_100a"]},
+        {"target": "sm_100a", "triton": "3.8.0", "violations": ["tensor memory 576 columns > 512 on sm_100a"]},
+    ]
+    (tmp_path / "results/aot/mamba904.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "results/positive_control/summary.json").write_text(json.dumps({"n_kernels": 7, "n_pass": 6}))
+    ledger = {r["claim_id"]: r for r in build_ledger(repo / SPEC, tmp_path)}
+    assert ledger["aot.tmem_columns"]["status"] == "reproduced"
+    assert ledger["aot.tmem_columns"]["rendered_value"] == "544 / 512"
+    pc = ledger["verifier.positive_control"]
+    assert pc["status"] == "mismatch" and pc["rendered_value"] == "6/7"
+    assert "not the paper's C1-C7" in pc["note"]
+    # with no data/published/ in this root, the paper's own records are reported missing, not invented
+    assert ledger["gpu.suite"]["status"] == "not-reproducible-here"
+    assert "absent" in ledger["gpu.suite"]["note"]

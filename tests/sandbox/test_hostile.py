@@ -54,9 +54,10 @@ def _reference():
     return a.numpy(), b.numpy(), want.numpy()
 
 
-# Forking 150 copies of a process that has torch loaded takes seconds on two shared cores; the fork bomb's
-# point is that its children die, not that it is slow, so it gets room to finish and report its pids.
-SLOW_BUT_LEGAL = {"fork_bomb": 20.0}
+# Forking 150 copies of a process that has torch loaded, or faulting in 512 MB, takes seconds on two shared
+# cores under load; these kernels are about containment (dead children, oom), not speed, so they get room
+# to reach the state under test instead of timing out first.
+SLOW_BUT_LEGAL = {"fork_bomb": 30.0, "memory_hog": 30.0}
 
 
 def _job(name: str, a: np.ndarray, b: np.ndarray) -> dict:
@@ -112,8 +113,10 @@ def test_every_control_row_is_intact(suite):
         np.testing.assert_array_equal(r.arrays["out"], suite["want"])
 
 
-def test_suite_is_fast(suite):
-    assert suite["seconds"] < 90, suite["seconds"]
+def test_suite_finishes_in_bounded_time(suite):
+    # About 35-60 s on an idle 2-core machine (most of it is importing torch in each fresh child); the bound
+    # is loose because the machine is shared, but a leaked wait (a pipe join, a missed kill) would blow it.
+    assert suite["seconds"] < 300, suite["seconds"]
 
 
 def test_fork_bomb_children_are_all_dead(suite):

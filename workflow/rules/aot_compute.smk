@@ -11,6 +11,7 @@ rule aot_mamba904:
     params:
         versions=["3.6.0", "3.7.1", "3.8.0"],
         targets=["sm_100a", "sm_90a"],
+        context_targets_for=["3.6.0"],
     log:
         "logs/aot/mamba904.log",
     script:

@@ -9,4 +9,5 @@ main([
     "--provenance", str(snakemake.output.provenance),
     "--versions", *snakemake.params.versions,
     "--targets", *snakemake.params.targets,
+    "--context-targets-for", *snakemake.params.context_targets_for,
 ])

@@ -183,6 +183,13 @@ def run_worker(src_root: Path, variants: list[str], targets: list[str], out: Pat
 
     module = __import__(f"{PACKAGE_DIR.replace('/', '.')}.mamba3_siso_bwd", fromlist=["x"])
     kernel = getattr(module, KERNEL)
+    # Resumable: configs already in `out` (from an interrupted run) are not compiled again.
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                done.add((r["variant"], r["target"], r["num_warps"], r["num_stages"], r["maxnreg"]))
     with out.open("a") as fh:
         for variant in variants:
             with record_launches(execute=False) as launches:
@@ -194,6 +201,10 @@ def run_worker(src_root: Path, variants: list[str], targets: list[str], out: Pat
                 for target in targets:
                     # Other targets are context for the sm_100 story: their maxnreg variants are not needed.
                     if target != "sm_100a" and kwargs.get("maxnreg") is not None:
+                        continue
+                    key = (variant, target, kwargs.get("num_warps", 4), kwargs.get("num_stages", 3),
+                           kwargs.get("maxnreg"))
+                    if key in done:
                         continue
                     t0 = time.time()
                     rep = compile_launch(record.jit, target, record.args, kwargs)
@@ -259,6 +270,17 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return claims
 
 
+def _coverage(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        key = f"{r['triton']} {r['variant']} {r['target']}"
+        entry = out.setdefault(key, {"configs": 0, "maxnreg": set()})
+        entry["configs"] += 1
+        entry["maxnreg"].add(-1 if r["maxnreg"] is None else r["maxnreg"])
+    return {k: {"configs": v["configs"], "maxnreg": [None if m == -1 else m for m in sorted(v["maxnreg"])]}
+            for k, v in sorted(out.items())}
+
+
 def build_result(rows: list[dict[str, Any]], file_hashes: dict[str, str], targets: list[str]) -> dict[str, Any]:
     keep = [{k: v for k, v in r.items() if k not in ("seconds", "source", "kernel")} for r in rows]
     keep.sort(key=lambda r: (r["variant"], r["target"], tuple(int(x) for x in r["triton"].split(".")[:3]),
@@ -276,6 +298,8 @@ def build_result(rows: list[dict[str, Any]], file_hashes: dict[str, str], target
         "targets": targets,
         "ptxas": ptxas,
         "rows": keep,
+        # which configs were compiled under each release: the maxnreg variants are optional (slow to compile)
+        "coverage": _coverage(keep),
         "claims": summarize(keep),
     }
 
@@ -296,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", required=True, type=Path)
     r.add_argument("--provenance", type=Path)
     r.add_argument("--work", type=Path, default=CACHE / "runs")
+    r.add_argument("--context-targets-for", nargs="*", default=None,
+                   help="compile targets other than sm_100a only under these releases (default: all)")
+    r.add_argument("--reuse", action="store_true",
+                   help="aggregate existing per-release JSON lines in --work instead of recompiling")
     args = parser.parse_args(argv)
 
     if args.cmd == "worker":
@@ -308,12 +336,20 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for version in args.versions:
         part = args.work / f"triton-{version}.jsonl"
-        part.unlink(missing_ok=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-        subprocess.run([python_for(version), "-m", "lethe.aot.mamba904", "worker", "--src", str(src_root),
-                        "--out", str(part), "--variants", *args.variants, "--targets", *args.targets],
-                       check=True, env=env)
-        rows += [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+        targets = args.targets
+        if args.context_targets_for is not None and version not in args.context_targets_for:
+            targets = [t for t in targets if t == "sm_100a"]
+        if not (args.reuse and part.exists()):
+            part.unlink(missing_ok=True)
+            env = dict(os.environ,
+                       PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+            subprocess.run([python_for(version), "-m", "lethe.aot.mamba904", "worker", "--src", str(src_root),
+                            "--out", str(part), "--variants", *args.variants, "--targets", *targets],
+                           check=True, env=env)
+        got = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+        if any(r["triton"] != version for r in got):
+            raise RuntimeError(f"{part} holds rows of another Triton release")
+        rows += got
     result = build_result(rows, file_hashes, args.targets)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

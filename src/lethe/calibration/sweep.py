@@ -4,7 +4,7 @@ real defect sits -- on several trusted operators of different classes.
 For a gate G, an operator f and its float64 reference r:
 
 * **honest floor** -- the error a *correct* reduced-precision implementation of f shows on G's probe,
-  ``max|out - r| / S`` with S the output scale (``tolerance.output_scale``);
+  ``max|out - r| / max|r|`` (the unit in which a uniform multiplicative error eps measures eps);
 * **trip point** -- the smallest uniform multiplicative error eps such that ``r * (1 + eps)`` fails G, found by
   geometric bisection between an eps that passes and one that fails (the same ``max|out - r| / S`` unit, since
   a uniform multiplicative error eps has exactly that scaled error);
@@ -246,8 +246,19 @@ def probes(gate: Gate, op: Operator, seed: int) -> list[Probe]:
     return out
 
 
+def _max_abs(ref: np.ndarray) -> float:
+    a = np.abs(np.asarray(ref, dtype=np.float64))
+    a = a[np.isfinite(a)]
+    return float(a.max()) if a.size else 0.0
+
+
 def scaled_error(outs: list[np.ndarray], ps: list[Probe]) -> float:
-    return max(float(np.max(np.abs(o - p.ref))) / max(tol.output_scale(p.ref), tol.TINY["float64"])
+    """max|out - ref| / max|ref|: the unit in which a uniform multiplicative error eps measures exactly eps.
+
+    This is a unit of measurement for the table, not a tolerance: the gates' own scale (whatever
+    ``tolerance.output_scale`` defines) only enters through their tolerances.
+    """
+    return max(float(np.max(np.abs(o - p.ref))) / max(_max_abs(p.ref), tol.TINY["float64"])
                for o, p in zip(outs, ps, strict=True))
 
 

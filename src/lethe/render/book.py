@@ -7,6 +7,7 @@ workflow renders. Tables are embedded as their Markdown text; figures are linked
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import posixpath
 from collections.abc import Iterable, Mapping, Sequence
@@ -66,11 +67,21 @@ def book_sections(root: str | os.PathLike[str], rendered: Iterable[str], order_p
     book_dir = posixpath.dirname(book_path) or "."
     listed: set[str] = set()
     sections = []
+    rendered = sorted(set(rendered))
     for s_i, section in enumerate(spec["sections"], start=1):
-        items = []
-        for i_i, entry in enumerate(section["items"], start=1):
-            listed.add(str(entry["path"]))
-            items.append(_item(root, book_dir, entry, f"{s_i}.{i_i}"))
+        entries = []
+        for entry in section["items"]:
+            if "glob" in entry:
+                # A family of per-corpus outputs: whichever of them the workflow renders, in name order.
+                for path in (p for p in rendered if fnmatch.fnmatchcase(p, entry["glob"])):
+                    if path not in listed:
+                        stem = Path(path).stem
+                        entries.append({**entry, "path": path, "title": f"{entry.get('title', '')} ({stem})"})
+            else:
+                entries.append(entry)
+            for e in entries:
+                listed.add(str(e["path"]))
+        items = [_item(root, book_dir, e, f"{s_i}.{i_i}") for i_i, e in enumerate(entries, start=1)]
         sections.append({"title": section["title"], "items": items})
     extra = sorted({p for p in rendered if p.endswith(FIGURE_SUFFIXES + TABLE_SUFFIXES)} - listed - {book_path})
     if extra:

@@ -140,6 +140,7 @@ class Source:
     keys: Mapping[str, str]
     expr: str
     kind: str
+    note: str = ""
 
     @property
     def describe(self) -> str:
@@ -175,7 +176,7 @@ def _source(entry: Mapping[str, Any], claim_id: str) -> Source:
     kind = entry.get("kind") or ("published" if path.startswith("data/published/") else "reproduced")
     if kind not in ("published", "reproduced"):
         raise SpecError(f"{claim_id}: source kind must be published or reproduced, got {kind!r}")
-    return Source(path=path, keys=keys, expr=expr, kind=kind)
+    return Source(path=path, keys=keys, expr=expr, kind=kind, note=str(entry.get("note", "")).strip())
 
 
 def load_spec(path: str | os.PathLike[str]) -> list[Claim]:
@@ -252,7 +253,7 @@ def evaluate_claim(claim: Claim, root: str | os.PathLike[str], cache: _DocCache 
             problems.append(f"{source.path} present but unusable: {exc}")
             continue
         status = source.kind if ok else "mismatch"
-        note = "; ".join(x for x in (diff, *problems, claim.note) if x)
+        note = "; ".join(x for x in (diff, *problems, source.note, claim.note) if x)
         return _row(claim, paper_shown, source.describe, shown, status, note)
     missing = [s.path for s in claim.sources if not (root / s.path).is_file()]
     reason = claim.unavailable
@@ -294,3 +295,26 @@ def write_ledger(spec_path: str | os.PathLike[str], root: str | os.PathLike[str]
 
 def status_counts(rows: Sequence[Mapping[str, str]]) -> dict[str, int]:
     return {s: sum(1 for r in rows if r["status"] == s) for s in STATUSES}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m lethe.render.ledger [--spec S] [--root R] [--out CSV]``: print (or write) the ledger."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="Render the claims ledger")
+    parser.add_argument("--spec", default="paper/claims_spec.yaml")
+    parser.add_argument("--root", default=".")
+    parser.add_argument("--out", default=None, help="write the CSV here instead of printing a summary")
+    args = parser.parse_args(argv)
+    if args.out:
+        rows = write_ledger(args.spec, args.root, args.out)
+    else:
+        rows = build_ledger(args.spec, args.root)
+        for r in rows:
+            print(f"{r['status']:<22} {r['claim_id']:<42} paper {r['paper_value']:<24} rendered {r['rendered_value']}")
+    print(status_counts(rows))
+    return 1 if any(r["status"] == "mismatch" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -36,6 +36,7 @@ def _main() -> None:  # noqa: C901 - one linear protocol, easier to audit in one
     _dumps = json.dumps
     _sha256 = hashlib.sha256
     _format_exc = traceback.format_exc
+    _clear_frames = traceback.clear_frames
     _monotonic = time.monotonic
 
     raw = sys.stdin.buffer.read()
@@ -123,7 +124,7 @@ def _main() -> None:  # noqa: C901 - one linear protocol, easier to audit in one
 
     send({"ev": "ready", "rss": rss0, "vms": vms0, "limits": limits_applied})
 
-    status, detail, result, arrays = "ok", "", None, {}
+    status, detail, result, arrays, out = "ok", "", None, {}, None
     t0 = _monotonic()
     try:
         inputs_path = cfg.get("inputs")
@@ -169,9 +170,15 @@ def _main() -> None:  # noqa: C901 - one linear protocol, easier to audit in one
     except SystemExit as exc:
         status, result, arrays = "exit", None, {}
         detail = f"called sys.exit({exc.code!r}) before returning a result"
-    except MemoryError:
-        status, detail, result, arrays = "oom", "MemoryError: memory limit reached\n" + _tail(_format_exc()), None, {}
+    except MemoryError as exc:
+        # The traceback's frames still hold what was allocated: free it before formatting anything.
+        result = arrays = out = None
+        _clear_frames(exc.__traceback__)
+        status, detail = "oom", "MemoryError: memory limit reached\n" + _tail(_format_exc())
+        result, arrays = None, {}
     except BaseException as exc:  # noqa: BLE001 - every failure of the candidate is its row's status
+        result = arrays = out = None
+        _clear_frames(exc.__traceback__)
         name = type(exc).__name__
         msg = str(exc)
         low = msg.lower()

@@ -439,56 +439,64 @@ def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_
     reason_detail = ""
     last_pss = 0.0
     budget_rss = None
-    while True:
-        if proc.poll() is not None:
-            break
-        if chan.done is not None:
-            break
-        now = time.monotonic()
-        if chan.ready_at is None:
-            if now - t_start > startup_timeout_s:
-                reason, reason_detail = "timeout", f"exceeded {startup_timeout_s:g} s startup (preload) wall clock"
+    try:
+        while True:
+            if proc.poll() is not None:
                 break
-        else:
-            if budget_rss is None:
-                budget_rss = int(chan.ready.get("rss", 0)) + memory_mb * (1 << 20)
-            if now - chan.ready_at > timeout_s:
-                reason, reason_detail = "timeout", f"exceeded {timeout_s:g} s wall clock"
+            if chan.done is not None:
                 break
-        with lock:
-            flooded = counter[0] > max_output_bytes
-        if flooded:
-            reason = "output_flood"
-            reason_detail = f"wrote more than {max_output_bytes} bytes to stdout/stderr"
-            break
-        for p in _tree(proc.pid):
-            seen[p.pid] = p
-        if budget_rss is not None:
-            rss, procs = _tree_rss(proc.pid)
-            if rss > budget_rss and now - last_pss >= 0.2:
-                last_pss = now
-                used = _tree_pss(procs) if len(procs) > 1 else rss
-                if used > budget_rss:
-                    reason = "oom"
-                    reason_detail = (f"process tree memory {used >> 20} MB exceeded the {memory_mb} MB budget "
-                                     f"(+{(budget_rss >> 20) - memory_mb} MB preload)")
+            now = time.monotonic()
+            if chan.ready_at is None:
+                if now - t_start > startup_timeout_s:
+                    reason, reason_detail = "timeout", f"exceeded {startup_timeout_s:g} s startup (preload) wall clock"
                     break
-        chan.event.wait(_POLL_S)
-        chan.event.clear()
+            else:
+                if budget_rss is None:
+                    budget_rss = int(chan.ready.get("rss", 0)) + memory_mb * (1 << 20)
+                if now - chan.ready_at > timeout_s:
+                    reason, reason_detail = "timeout", f"exceeded {timeout_s:g} s wall clock"
+                    break
+            with lock:
+                flooded = counter[0] > max_output_bytes
+            if flooded:
+                reason = "output_flood"
+                reason_detail = f"wrote more than {max_output_bytes} bytes to stdout/stderr"
+                break
+            for p in _tree(proc.pid):
+                seen[p.pid] = p
+            if budget_rss is not None:
+                rss, procs = _tree_rss(proc.pid)
+                if rss > budget_rss and now - last_pss >= 0.2:
+                    last_pss = now
+                    used = _tree_pss(procs) if len(procs) > 1 else rss
+                    if used > budget_rss:
+                        reason = "oom"
+                        reason_detail = (f"process tree memory {used >> 20} MB exceeded the {memory_mb} MB budget "
+                                         f"(+{(budget_rss >> 20) - memory_mb} MB preload)")
+                        break
+            chan.event.wait(_POLL_S)
+            chan.event.clear()
 
-    if chan.done is not None and reason is None:
-        # The child reported and now waits on the hold pipe: clean up its descendants while it still holds
-        # them, then let it leave on its own (exit code 0) before the final sweep.
-        _kill_descendants(proc, seen)
-        os.close(hold_w)
-        hold_w = None
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            pass
-    if hold_w is not None:
-        os.close(hold_w)
-    _kill_everything(proc, seen)
+        if chan.done is not None and reason is None:
+            # The child reported and now waits on the hold pipe: clean up its descendants while it still holds
+            # them, then let it leave on its own (exit code 0) before the final sweep.
+            _kill_descendants(proc, seen)
+            os.close(hold_w)
+            hold_w = None
+            try:
+                proc.wait(timeout=5.0)
+            except subprocess.TimeoutExpired:
+                pass
+        if hold_w is not None:
+            os.close(hold_w)
+            hold_w = None
+        _kill_everything(proc, seen)
+    except BaseException:
+        # Interrupted (Ctrl-C, a bug here): never leave an untrusted process tree running behind us.
+        _kill_everything(proc, seen)
+        if hold_w is not None:
+            os.close(hold_w)
+        raise
     try:
         rc = proc.wait(timeout=10.0)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered: nothing else to do

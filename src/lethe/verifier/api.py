@@ -61,14 +61,15 @@ def _sha(s: str) -> str:
 
 
 def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None, timeout_s: float = 600,
-                  memory_mb: int = 16384, runner=None):
+                  memory_mb: int = 16384, runner=None, interpret: bool = False):
     """Reference results for (source, seed[, gate filter]), cached per input set: the plan is a pure function
     of these, so the key is the hash of the source, the seed, the plan version and the filter."""
-    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or [])]))
+    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret]))
     if key in _REF_CACHE:
         return _REF_CACHE[key]
     res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
-                     payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or []},
+                     payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
+                              "interpret": interpret},
                      timeout_s=timeout_s, memory_mb=memory_mb, device="cpu")
     out = (res.status, res.result or {}, res.arrays or {}, res)
     if res.status == "ok" and (res.result or {}).get("ok"):
@@ -99,12 +100,13 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
     def finish(**kw) -> dict:
         return R.make_row(**base, seconds=round(time.perf_counter() - t0, 3), **kw)
 
-    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner)
+    is_triton = "triton" in cand_src
+    interpret = dev == "cpu" and is_triton
+    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
+                                              interpret=interpret)
     if rstatus != "ok" or not rres.get("ok"):
         err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
         return finish(status="ref_broken", error=str(err)[:2000])
-
-    is_triton = "triton" in cand_src
     if dev == "cpu" and CUDA_SOURCE.search(cand_src):
         return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
 
@@ -112,7 +114,7 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
             if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
     probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
                       if m["status"] == "ok"]
-    env = {"TRITON_INTERPRET": "1"} if (dev == "cpu" and is_triton) else {"TRITON_INTERPRET": None}
+    env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send, timeout_s=timeout_s,

@@ -113,7 +113,8 @@ def compare(ref: np.ndarray, cand: np.ndarray, dtype: str, tol_arr: np.ndarray |
     lost_nf = ~rfin & cfin & ~skip
     wrong_nf = ~rfin & ~cfin & ~agree_nf & ~skip
     both = rfin & cfin & ~skip
-    err = np.where(both, np.abs(c - r), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        err = np.where(both, np.abs(c - r), 0.0)
     t = np.broadcast_to(np.asarray(tol_arr, dtype=np.float64), r.shape)
     bad_val = both & (err > t)
     if alt_ref is not None:

@@ -24,6 +24,9 @@ from lethe.verifier import tolerance as tol
 
 PLAN_VERSION = "lethe.plan/1"
 NUMEL_CAP = 1 << 21  # elements per input tensor in any variant: keeps float64 reference runs in seconds
+# The Triton CPU interpreter runs every program of the grid in Python: variants that multiply the grid by
+# thousands would take minutes per probe, so a plan built for the interpreter caps the variants harder.
+NUMEL_CAP_INTERPRET = 1 << 15
 MAX_SHAPE_VARIANTS = 6
 MAX_LONG_VARIANTS = 3
 LONG_LEN = 4099  # a prime > 4096: fp16 running totals stall at 2048, bf16 at 256 (PRC-02)
@@ -118,6 +121,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
     base = call_get_inputs(ns, seed, ())
     float_shapes = [tuple(x.shape) for x in base if isinstance(x, torch.Tensor) and x.is_floating_point()]
     max_numel = max((int(torch.Size(s).numel()) for s in float_shapes), default=1)
+    cap = NUMEL_CAP_INTERPRET if interpret else NUMEL_CAP
 
     P: list[Probe] = [
         Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"), draw=0),
@@ -151,7 +155,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
         for nv in _primes_around(v):
             if n_shape >= MAX_SHAPE_VARIANTS:
                 break
-            if max_numel * _numel_factor(nv, v) > NUMEL_CAP:
+            if max_numel * _numel_factor(nv, v) > cap:
                 continue
             label = name.replace("__dim__:", "dim")
             P.append(Probe(f"shape_{label}={nv}", "rand", ("CMP-03",), patch=((name, nv),), draw=3))
@@ -161,7 +165,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
     for name, v in knobs:
         if n_long >= MAX_LONG_VARIANTS or v >= LONG_LEN:
             continue
-        if max_numel * _numel_factor(LONG_LEN, v) > NUMEL_CAP:
+        if max_numel * _numel_factor(LONG_LEN, v) > cap:
             continue
         label = name.replace("__dim__:", "dim")
         patch = ((name, LONG_LEN),)

@@ -1,0 +1,188 @@
+"""Three-state calibration of every gate: a conforming implementation passes, a violator fails that gate, and
+(where meaningful) the violator passes a KernelBench-style allclose(atol=rtol=1e-2) check."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import verifier_kernels as K
+from conftest import kb_allclose, kb_grad_allclose
+
+from lethe.verifier import gates as G
+from lethe.verifier import profiles
+from lethe.verifier.api import verdict
+
+_ROWS: dict = {}
+
+
+@pytest.fixture
+def row(verify_local):
+    def get(ref, cand, profile="strict"):
+        key = (ref, cand, profile)
+        if key not in _ROWS:
+            _ROWS[key] = verify_local(ref, cand, profile=profile, seed=7)
+        return _ROWS[key]
+
+    return get
+
+
+def status(r, gate):
+    return r["gates"][gate]["status"]
+
+
+@pytest.mark.parametrize("ref", [K.SOFTMAX_REF, K.SUM_REF, K.LINEAR_REF, K.SCALE_REF])
+def test_conforming_references_pass_every_applicable_gate(row, ref):
+    r = row(ref, K.as_candidate(ref))
+    assert r["status"] == "gated"
+    bad = {g: v["reason"] for g, v in r["gates"].items() if v["status"] not in ("pass", "na")}
+    assert not bad, bad
+    assert verdict(r) == "pass"
+    assert status(r, "RES-02") == "na"  # no compiled artifact on a CPU
+
+
+def test_cmp01_values(row):
+    bad = row(K.SOFTMAX_REF, K.SOFTMAX_BF16_INSIDE)
+    assert status(bad, "CMP-01") == "fail"
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_BF16_INSIDE)
+    ev = json.loads(bad["gates"]["CMP-01"]["evidence"])
+    assert ev["probes"]["rand0"]["outputs"][0]["max_err_over_tol"] > 1
+
+
+def test_cmp02_gradients(row):
+    good = row(K.LINEAR_REF, K.LINEAR_CONFORMING)
+    assert status(good, "CMP-02") == "pass" and good["weights_copied"]
+    bad = row(K.LINEAR_REF, K.LINEAR_BAD_BACKWARD)
+    assert status(bad, "CMP-01") == "pass"  # the forward is exact
+    assert status(bad, "CMP-02") == "fail"
+    assert kb_grad_allclose(K.LINEAR_REF, K.LINEAR_BAD_BACKWARD)
+    fwd_only = row(K.LINEAR_REF, K.LINEAR_FORWARD_ONLY)
+    assert status(fwd_only, "CMP-02") == "na"  # never "pass"
+    assert "forward-only" in fwd_only["gates"]["CMP-02"]["reason"]
+
+
+def test_cmp02_reference_is_cross_checked_by_finite_differences(row):
+    ev = json.loads(row(K.LINEAR_REF, K.LINEAR_CONFORMING)["gates"]["CMP-02"]["evidence"])
+    fd = ev["probes"]["grad"]["fd"]
+    assert fd["checked"] > 0 and fd["ok"]
+
+
+def test_cmp03_shapes(row):
+    bad = row(K.SOFTMAX_REF, K.SOFTMAX_FIXED_BLOCKS)
+    assert status(bad, "CMP-03") == "fail"
+    assert "shape_dim=61" in bad["gates"]["CMP-03"]["reason"]
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_FIXED_BLOCKS)
+    ev = json.loads(row(K.SOFTMAX_REF, K.as_candidate(K.SOFTMAX_REF))["gates"]["CMP-03"]["evidence"])
+    assert {"shape_batch_size=3", "shape_batch_size=5", "shape_dim=61", "shape_dim=67"} <= set(ev["probes"])
+
+
+def test_ord01_reordered_summation_bound(row):
+    bad = row(K.SUM_REF, K.SUM_BF16_BLOCKS)
+    assert status(bad, "ORD-01") == "fail"
+    assert kb_allclose(K.SUM_REF, K.SUM_BF16_BLOCKS)
+
+
+def test_ord02_determinism_and_aliasing(row):
+    nondet = row(K.SOFTMAX_REF, K.SOFTMAX_NONDET)
+    assert status(nondet, "ORD-02") == "fail"
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_NONDET)
+    # fast-math asks for determinism only up to the ORD-01 bound; a last-bit wobble is inside it.
+    assert status(row(K.SOFTMAX_REF, K.SOFTMAX_NONDET, "fast-math"), "ORD-02") == "pass"
+    shared = row(K.SOFTMAX_REF, K.SOFTMAX_SHARED_BUFFER)
+    assert status(shared, "ORD-02") == "fail" and shared["output_aliasing"]
+    assert "later call overwrote" in shared["gates"]["ORD-02"]["reason"]
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_SHARED_BUFFER)
+    inplace = row(K.SCALE_REF, K.SCALE_INPLACE)
+    assert status(inplace, "ORD-02") == "fail"
+    assert "input" in inplace["gates"]["ORD-02"]["reason"]
+    assert kb_allclose(K.SCALE_REF, K.SCALE_INPLACE)
+
+
+def test_ord03_cancellation(row):
+    bad = row(K.SUM_REF, K.SUM_SEQUENTIAL)
+    assert status(bad, "ORD-03") == "fail"
+    assert status(bad, "CMP-01") == "pass"  # random inputs never expose the order
+    assert kb_allclose(K.SUM_REF, K.SUM_SEQUENTIAL)
+
+
+def test_prc01_precisions(row):
+    bad = row(K.SOFTMAX_REF, K.SOFTMAX_FP16_QUANT)
+    assert status(bad, "PRC-01") == "fail" and "prc_fp16" in bad["gates"]["PRC-01"]["reason"]
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_FP16_QUANT)
+    only32 = row(K.SOFTMAX_REF, K.SOFTMAX_FP32_ONLY)
+    assert status(only32, "PRC-01") == "pass"  # charged only for the precision it accepts
+    ev = json.loads(only32["gates"]["PRC-01"]["evidence"])["probes"]
+    assert ev["prc_fp16"]["status"] == "na" and ev["rand0"]["status"] == "pass"
+
+
+def test_prc02_fp32_accumulation(row):
+    bad = row(K.SUM_REF, K.SUM_HALF_ACC)
+    assert status(bad, "PRC-02") == "fail"
+    assert status(bad, "CMP-01") == "pass"
+    assert kb_allclose(K.SUM_REF, K.SUM_HALF_ACC)
+
+
+def test_exc01_nonfinite_propagation(row):
+    bad = row(K.SOFTMAX_REF, K.SOFTMAX_NAN_TO_NUM)
+    assert status(bad, "EXC-01") == "fail"
+    ev = json.loads(bad["gates"]["EXC-01"]["evidence"])["probes"]["nonfinite"]["outputs"][0]
+    assert ev["lost_nonfinite"] > 0
+    assert kb_allclose(K.SOFTMAX_REF, K.SOFTMAX_NAN_TO_NUM)
+    # Under fast-math the reference's NaN positions are not graded (all of softmax's are NaN rows).
+    assert status(row(K.SOFTMAX_REF, K.SOFTMAX_NAN_TO_NUM, "fast-math"), "EXC-01") == "pass"
+    good = json.loads(row(K.SOFTMAX_REF, K.as_candidate(K.SOFTMAX_REF))["gates"]["EXC-01"]["evidence"])
+    assert good["probes"]["nonfinite"]["outputs"][0]["agreeing_nonfinite"] > 0
+
+
+def test_exc02_subnormals_per_profile(row):
+    bad = row(K.SCALE_REF, K.SCALE_FTZ)
+    assert status(bad, "EXC-02") == "fail"
+    assert kb_allclose(K.SCALE_REF, K.SCALE_FTZ)
+    assert status(row(K.SCALE_REF, K.SCALE_FTZ, "cuda-default"), "EXC-02") == "pass"
+    assert status(row(K.SCALE_REF, K.SCALE_FTZ, "cuda-default"), "CMP-01") == "pass"
+
+
+def test_res01_dtype(row):
+    bad = row(K.SCALE_REF, K.SCALE_DOUBLE)
+    assert status(bad, "RES-01") == "fail"
+    assert "dtype" in bad["gates"]["RES-01"]["reason"]
+
+
+def _res_bundle(reports):
+    return G.Bundle(ref={"probes": []}, ref_arrays={}, cand={"resources": reports}, cand_arrays={},
+                    profile=profiles.get("strict"), seed=3, device="cuda")
+
+
+def test_res02_hardware_limits_pure():
+    pytest.importorskip("lethe.aot.limits")
+    base = {"target": "sm_90a", "kernel": "k", "registers": 128, "shared_bytes": 65536, "tmem_columns": 0,
+            "spill_bytes": 0, "num_warps": 4, "num_stages": 3}
+    assert G.res_02(_res_bundle([base])).status == "pass"
+    # pitfalls.md: a 256^3 fp32 tile compiled "fine" to 2 MiB of shared memory on sm_90 (limit 232,448 B).
+    big = dict(base, shared_bytes=2_097_152)
+    res = G.res_02(_res_bundle([base, big]))
+    assert res.status == "fail" and "shared memory" in res.reason
+    tmem = dict(base, target="sm_100a", tmem_columns=1024)
+    assert G.res_02(_res_bundle([tmem])).status == "fail"
+    assert G.res_02(_res_bundle([])).status == "na"
+
+
+def test_compare_nonfinite_semantics():
+    p = profiles.get("strict")
+    r = np.array([np.nan, np.inf, -np.inf, 1.0])
+    assert G.compare(r, r.astype(np.float32), "float32", 1e-6, p)["ok"]
+    flipped = np.array([np.nan, -np.inf, -np.inf, 1.0], dtype=np.float32)
+    assert not G.compare(r, flipped, "float32", 1e-6, p)["ok"]
+    new_nan = np.array([np.nan, np.inf, -np.inf, np.nan], dtype=np.float32)
+    s = G.compare(r, new_nan, "float32", 1e-6, p)
+    assert not s["ok"] and s["new_nonfinite"] == 1
+    # A float64 value beyond fp32's range must come back as +Inf in an fp32 contract.
+    assert G.compare(np.array([1e39]), np.array([np.inf], dtype=np.float32), "float32", 0.0, p)["ok"]
+
+
+def test_gate_error_is_recorded_not_raised():
+    b = G.Bundle(ref={"probes": [{"id": "x", "gates": ["CMP-01"], "status": "ok"}]}, ref_arrays={},
+                 cand={"probes": {"x": {}}}, cand_arrays={}, profile=profiles.get("strict"), seed=0)
+    out = G.grade(b)
+    assert out["CMP-01"].status == "error"
