@@ -296,6 +296,10 @@ def _child_env(base: dict[str, str] | None, work: Path, device: str, omp_threads
     )
     if "PATH" not in env:
         env["PATH"] = os.environ.get("PATH", "/usr/bin:/bin")
+    # An audit may share one extension build cache across runs (load_inline names builds by source hash, so a
+    # run only ever reuses a build of its own source); by default each run builds in its private directory.
+    if os.environ.get("LETHE_SANDBOX_EXTENSIONS_DIR"):
+        env["TORCH_EXTENSIONS_DIR"] = os.environ["LETHE_SANDBOX_EXTENSIONS_DIR"]
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
     if base is not None:
