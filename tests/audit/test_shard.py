@@ -133,3 +133,15 @@ def test_kill_and_resume(tmp_path):
     # Every kernel finished before the kill was verified exactly once; at most one (the one in flight) twice.
     assert all(calls.count(i) == 1 for i in finished)
     assert sum(calls.count(str(i)) - 1 for i in range(100, 112)) <= 1
+
+
+def test_shards_partition_the_items():
+    from lethe.corpora.items import shard
+
+    its = items(11)
+    parts = [shard(its, k, 4) for k in range(4)]
+    ids = [i["id"] for p in parts for i in p]
+    assert sorted(ids, key=int) == [str(i) for i in range(11)] and len(ids) == len(set(ids))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    with pytest.raises(ValueError):
+        shard(its, 4, 4)

@@ -1,11 +1,10 @@
 # Render rules of the audit stage: the funnel / floor / per-class table of every corpus whose audit
 # aggregates are committed under results/audit/<corpus>/ (render rules read committed files only).
-import os as _audit_os
 
 AUDITED_CORPORA = sorted(
     c
     for c in ("fixture", "sakana-subset", "drkernel", "sakana")
-    if _audit_os.path.exists(os.path.join(workflow.basedir, "results", "audit", c, "aggregates.json"))
+    if os.path.exists(os.path.join(workflow.basedir, "results", "audit", c, "aggregates.json"))
 )
 
 RENDER_TARGETS.extend(

@@ -24,11 +24,17 @@ def _int(value: Any) -> str:
     return "n/a" if value is None else f"{int(value):,}"
 
 
+def _trapped(row: dict[str, Any]) -> bool:
+    # A kernel whose TMEM allocation failed compiles to a trap; its register and spill figures describe the trap.
+    return any("trap" in n for n in row.get("notes", []))
+
+
 def _regs(row: dict[str, Any]) -> str:
-    # A kernel whose TMEM allocation failed compiles to a trap; its register count describes the trap.
-    if any("trap" in n for n in row.get("notes", [])):
-        return "trap"
-    return _int(row["registers"])
+    return "trap" if _trapped(row) else _int(row["registers"])
+
+
+def _spill(row: dict[str, Any]) -> str:
+    return "trap" if _trapped(row) else _int(row["spill_bytes"])
 
 
 def _mma(row: dict[str, Any], target: str) -> str:
@@ -51,7 +57,7 @@ def table_rows(result: dict[str, Any], target: str) -> list[list[str]]:
         cells = [r["triton"], str(r["num_stages"]), str(r["num_warps"])]
         if target == "sm_100a":
             cells.append(_int(r["tmem_columns"]))
-        cells += [_int(r["shared_bytes"]), _regs(r), _int(r["spill_bytes"]), _mma(r, target), _fits(r)]
+        cells += [_int(r["shared_bytes"]), _regs(r), _spill(r), _mma(r, target), _fits(r)]
         out.append(cells)
     return out
 

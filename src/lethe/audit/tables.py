@@ -68,6 +68,8 @@ def _sections(agg: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[st
 def render_markdown(agg: Mapping[str, Any], title: str, note: str) -> str:
     """A Markdown document: title, provenance note, then one table per section."""
     lines = [f"# {title}", "", note, ""]
+    if agg.get("verifier"):
+        lines[-1:-1] = ["", f"Verifier: {agg['verifier']}."]
     for heading, header, rows in _sections(agg):
         lines += [f"## {heading}", "", "| " + " | ".join(header) + " |",
                   "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
@@ -95,6 +97,8 @@ def render_latex(agg: Mapping[str, Any], caption: str, label: str) -> str:
         out.append(r"\midrule")
         for r in rows:
             out.append(" & ".join(_tex_escape(c) for c in r) + " & " * pad + r" \\")
+    if agg.get("verifier"):
+        caption = f"{caption} Verifier: {agg['verifier']}."
     out += [r"\bottomrule", r"\end{tabular}", r"\caption{" + _tex_escape(caption) + "}",
             r"\label{" + label + "}", r"\end{table}", ""]
     return "\n".join(out)

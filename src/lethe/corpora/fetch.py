@@ -89,7 +89,7 @@ def _manual_hint(pin: Pin, dest: Path) -> str:
         f"To supply it by hand, download {pin.filename} of dataset {pin.dataset} at revision "
         f"{pin.revision or '<unpinned>'} on a machine with Hub access (e.g. "
         f"`huggingface-cli download --repo-type dataset {pin.dataset} {pin.filename} --revision "
-        f"{pin.revision or '<sha>'}`), and place it at {dest}; its SHA-256 must be "
+        f"{pin.revision or '<sha>'} --local-dir .`), and place it at {dest}; its SHA-256 must be "
         f"{pin.sha256 or '<unknown: record it in lethe.corpora.fetch>'}"
         + (f" and its size {pin.size:,} bytes." if pin.size else ".")
     )

@@ -4,22 +4,34 @@ the claims ledger (``paper/claims.csv``) and the results book (``paper/book.md``
 Public API for other stages (documented in ``docs/rendering.md``)::
 
     from lethe.render import render_table, Column, save_figure, style, new_figure, PALETTE, PUBLISHED_TAG
+
+Names are resolved lazily so that a stage rendering only tables does not pay for importing matplotlib.
 """
 
-from lethe.render.style import OKABE_ITO, PALETTE, PUBLISHED_TAG, apply_style, new_figure, save_figure, style
-from lethe.render.tables import Column, format_value, render_table, table_text, tex_escape
+from __future__ import annotations
 
-__all__ = [
-    "Column",
-    "OKABE_ITO",
-    "PALETTE",
-    "PUBLISHED_TAG",
-    "apply_style",
-    "format_value",
-    "new_figure",
-    "render_table",
-    "save_figure",
-    "style",
-    "table_text",
-    "tex_escape",
-]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Column": "lethe.render.tables",
+    "format_value": "lethe.render.tables",
+    "render_table": "lethe.render.tables",
+    "table_text": "lethe.render.tables",
+    "tex_escape": "lethe.render.tables",
+    "OKABE_ITO": "lethe.render.style",
+    "PALETTE": "lethe.render.style",
+    "PUBLISHED_TAG": "lethe.render.style",
+    "apply_style": "lethe.render.style",
+    "new_figure": "lethe.render.style",
+    "save_figure": "lethe.render.style",
+    "style": "lethe.render.style",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'lethe.render' has no attribute {name!r}")
