@@ -12,16 +12,14 @@ AUDIT_SHARDS = int(config["audit"]["shards"])
 AUDIT_CACHE = f"cache/audit/{AUDIT_CORPUS}"
 
 
-def audit_corpus_file(corpus):
-    """Path of a corpus's input file: committed for fixture/sakana-subset, fetched into the cache otherwise."""
-    from lethe.corpora.fetch import PINS
-    from lethe.corpora.items import LOCAL_FILES
+# The corpus's input file: committed for fixture / sakana-subset, fetched into the corpora cache otherwise
+# (an unknown corpus name fails here with a KeyError naming it).
+from lethe.corpora.fetch import PINS as _AUDIT_PINS
+from lethe.corpora.items import LOCAL_FILES as _AUDIT_LOCAL
 
-    if corpus in LOCAL_FILES:
-        return LOCAL_FILES[corpus]
-    if corpus in PINS:
-        return str(PINS[corpus].path(config["corpora"]["cache_dir"]))
-    raise ValueError(f"unknown audit corpus {corpus!r}: expected one of {sorted(LOCAL_FILES) + sorted(PINS)}")
+AUDIT_CORPUS_FILE = _AUDIT_LOCAL.get(AUDIT_CORPUS) or str(
+    _AUDIT_PINS[AUDIT_CORPUS].path(config["corpora"]["cache_dir"])
+)
 
 
 rule corpora_fetch:
@@ -37,7 +35,7 @@ rule corpora_fetch:
 
 rule audit_shard:
     input:
-        corpus=audit_corpus_file(AUDIT_CORPUS),
+        corpus=AUDIT_CORPUS_FILE,
     output:
         f"{AUDIT_CACHE}/shards/{{i}}-of-{AUDIT_SHARDS}.parquet",
     params:

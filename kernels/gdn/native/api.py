@@ -1,0 +1,69 @@
+"""Host side of the native K1: torch tensors in and out, one compiled kernel per (shape, flags) kept in a cache.
+
+``native_reverse_state_scan(do_c, ctx, dS_final)`` is a drop-in for
+:func:`kernels.gdn.chunked.reverse_state_scan`: same inputs (the chunked path's ctx), same three outputs
+(dS_next ``[B,H,N,K,V]``, d delta ``[B,H,N,C,V]``, dS0 ``[B,H,K,V]``), float32 only (the chunked path accumulates
+in float32 for every low-precision input; float64 inputs stay on the torch path).
+"""
+
+from __future__ import annotations
+
+import torch
+
+_CACHE: dict[tuple, object] = {}
+
+
+def pick_tile(V: int) -> tuple[int, int]:
+    """(BV, split) for a value width: 32-column tiles, two thread groups per dS row (256 threads at K=128)."""
+    BV = 32 if V % 32 == 0 else V
+    return BV, 2 if BV % 2 == 0 else 1
+
+
+def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None):
+    """Run the native K1 on flattened float32 CUDA tensors (see :mod:`.k1_hopper` for the shapes).
+
+    ``Wm`` None means no erase; ``dSF`` None means a zero final-state gradient. Returns (dSN, dd, dS0).
+    """
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.torch import current_stream
+
+    from .k1_hopper import K1ReverseScan
+
+    BH, N, C, K = Kend.shape
+    V = dO.shape[-1]
+    if BV is None:
+        BV, split = pick_tile(V)
+    has_erase, has_dsf = Wm is not None, dSF is not None
+    tensors = [P, Kend, Qg, Wm if has_erase else Kend, GC, dO, dSF if has_dsf else dO]
+    for t in tensors:
+        if t.dtype != torch.float32 or not t.is_contiguous() or not t.is_cuda:
+            raise ValueError("native K1 takes contiguous float32 CUDA tensors")
+    dSN = torch.empty(BH, N, K, V, device=dO.device, dtype=torch.float32)
+    dd = torch.empty(BH, N, C, V, device=dO.device, dtype=torch.float32)
+    dS0 = torch.empty(BH, K, V, device=dO.device, dtype=torch.float32)
+    if not has_dsf:
+        tensors[6] = dS0  # never read: has_dsf is a compile-time flag; any float32 [BH,K,V] fills the slot
+    args = [from_dlpack(t, assumed_align=16) for t in tensors + [dSN, dd, dS0]]
+    key = (BH, N, C, K, V, BV, split, has_erase, has_dsf, dO.device.index)
+    stream = current_stream()
+    if key not in _CACHE:
+        k1 = K1ReverseScan(K=K, V=V, C=C, BV=BV, split=split, has_erase=has_erase, has_dsf=has_dsf)
+        _CACHE[key] = cute.compile(k1, *args, stream)
+    _CACHE[key](*args, stream)
+    return dSN, dd, dS0
+
+
+def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
+    """Drop-in for :func:`kernels.gdn.chunked.reverse_state_scan` on CUDA float32 (see module docstring)."""
+    P, Kend, Qg, GC, Wm = ctx["P"], ctx["Kend"], ctx["Qg"], ctx["GC"], ctx["Wm"]
+    B, H, N, C, V = do_c.shape
+    K = Qg.shape[-1]
+
+    def flat(x, *tail):
+        return x.reshape(B * H, *tail).contiguous()
+
+    dSN, dd, dS0 = k1_launch(flat(P, N, C, C), flat(Kend, N, C, K), flat(Qg, N, C, K),
+                             None if Wm is None else flat(Wm, N, C, K), flat(GC, N, K), flat(do_c, N, C, V),
+                             None if dS_final is None else flat(dS_final.float(), K, V), **tile)
+    return dSN.view(B, H, N, K, V), dd.view(B, H, N, C, V), dS0.view(B, H, K, V)

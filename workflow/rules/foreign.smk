@@ -1,0 +1,35 @@
+# Foreign kernels on the H200: the second-corpus slice (gates per profile, three-way agreement, throughput).
+# Render rules only read committed results/foreign/; the GPU run is experiments/foreign/sakana_h200.py
+# (compute rule foreign_sakana in foreign_compute.smk).
+import os
+
+FOREIGN_DIR = "results/foreign/sakana-subset"
+FOREIGN_TABLES = [
+    f"paper/tables/{t}.{ext}"
+    for t in ("second_corpus_gates", "second_corpus_agreement", "audit_throughput")
+    for ext in ("md", "tex")
+]
+if os.path.exists(os.path.join(workflow.basedir, FOREIGN_DIR, "rows.parquet")):
+    RENDER_TARGETS.extend(FOREIGN_TABLES + ["figures/audit_throughput.png", "figures/audit_throughput.pdf"])
+
+
+rule foreign_render:
+    input:
+        rows=f"{FOREIGN_DIR}/rows.parquet",
+        kb=f"{FOREIGN_DIR}/kb_rows.parquet",
+        throughput=f"{FOREIGN_DIR}/throughput.json",
+        provenance=f"{FOREIGN_DIR}/provenance.json",
+        published="data/published/audit_rows.jsonl.gz",
+    output:
+        gates_md="paper/tables/second_corpus_gates.md",
+        gates_tex="paper/tables/second_corpus_gates.tex",
+        agree_md="paper/tables/second_corpus_agreement.md",
+        agree_tex="paper/tables/second_corpus_agreement.tex",
+        tp_md="paper/tables/audit_throughput.md",
+        tp_tex="paper/tables/audit_throughput.tex",
+        png="figures/audit_throughput.png",
+        pdf="figures/audit_throughput.pdf",
+    log:
+        "logs/foreign/render.log",
+    script:
+        "../scripts/foreign_render.py"
