@@ -77,7 +77,7 @@ class ChunkGDNFunction(torch.autograd.Function):
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
                  output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
-                 dot_precision: str = "ieee"):
+                 dot_precision: str = "tf32x3"):
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);

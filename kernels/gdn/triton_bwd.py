@@ -3,8 +3,8 @@
 1. ``state_bwd_kernel`` (grid B*H x V-blocks): walks the chunks in reverse carrying dS in float32 registers;
    per chunk stores dS_C (the gradient at the chunk's end state), d delta = P^T dO + Kend dS, and updates
    dS <- (q*Gamma)^T dO + Diag(Gamma_C) dS - W^T d delta. The final dS is the initial-state gradient.
-2. ``intra_bwd_kernel`` (grid B*H x N): everything that is local to one chunk, with the full V width in
-   registers: dP = tril(dO delta^T), d(q*Gamma) = dO S^T, dKend = delta dS_C^T, the WY VJP dW = -d delta S^T,
+2. ``intra_bwd_kernel`` (grid B*H x N): everything that is local to one chunk, contracting over V one
+   V-block at a time: dP = tril(dO delta^T), d(q*Gamma) = dO S^T, dKend = delta dS_C^T, the WY VJP dW = -d delta S^T,
    dT = dW X^T + d delta U^T, dX = T^T dW, dU = T^T d delta, the triangular-inverse VJP dA = -T^T dT T^T, and
    the factored pairwise products back to dq, dk, de and d gamma.
 
@@ -59,17 +59,15 @@ def state_bwd_kernel(q_ptr, k_ptr, gam_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, DD_
 @triton.jit
 def intra_bwd_kernel(q_ptr, k_ptr, gam_ptr, e_ptr, u_ptr, T_ptr, H_ptr, D_ptr, DSN_ptr, DD_ptr, DO_ptr,
                      DQ_ptr, DK_ptr, DE_ptr, DU_ptr, DG_ptr, scale,
-                     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, HAS_ERASE: tl.constexpr, PREC: tl.constexpr):
+                     K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, HAS_ERASE: tl.constexpr,
+                     PREC: tl.constexpr):
     bh = tl.program_id(0)
     n = tl.program_id(1)
     NT = tl.num_programs(1)
     TP = NT * C
     rows = tl.arange(0, C)
     ck = tl.arange(0, K)
-    cv = tl.arange(0, V)
     offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
-    offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
-    offS = (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]
     gam = tl.load(gam_ptr + offk)
     k = tl.load(k_ptr + offk)
     Gam = tl.exp(gam)
@@ -78,41 +76,55 @@ def intra_bwd_kernel(q_ptr, k_ptr, gam_ptr, e_ptr, u_ptr, T_ptr, H_ptr, D_ptr, D
     gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
     expK = tl.exp(gamC[None, :] - gam)
     Kend = k * expK
-    S = tl.load(H_ptr + offS)
-    dSn = tl.load(DSN_ptr + offS)
-    d = tl.load(D_ptr + offv)
-    dd = tl.load(DD_ptr + offv)
-    do = tl.load(DO_ptr + offv)
-    dP = tl.dot(do, tl.trans(d), input_precision=PREC)
-    dP = tl.where(rows[:, None] >= rows[None, :], dP, 0.0)
-    dQg = tl.dot(do, tl.trans(S), input_precision=PREC) + tl.dot(dP, Kg, input_precision=PREC)
-    dKg = tl.dot(tl.trans(dP), Qg, input_precision=PREC)
-    dKend = tl.dot(d, tl.trans(dSn), input_precision=PREC)
-    dgamC = tl.sum(dKend * Kend, 0) + tl.sum(S * dSn, 1) * tl.exp(gamC)
-    dgam = dQg * Qg - dKend * Kend
     if HAS_ERASE:
-        e = tl.load(e_ptr + offk)
-        u = tl.load(u_ptr + offv)
-        Xe = e * Gam
         Tm = tl.load(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :])
         TmT = tl.trans(Tm)
-        dW = -tl.dot(dd, tl.trans(S), input_precision=PREC)
-        dT = tl.dot(dW, tl.trans(Xe), input_precision=PREC) + tl.dot(dd, tl.trans(u), input_precision=PREC)
+    # contractions over V, accumulated one V-block at a time so the full-width tiles never sit in registers
+    dP = tl.zeros([C, C], dtype=tl.float32)
+    dQg = tl.zeros([C, K], dtype=tl.float32)
+    dKend = tl.zeros([C, K], dtype=tl.float32)
+    dW = tl.zeros([C, K], dtype=tl.float32)
+    dTu = tl.zeros([C, C], dtype=tl.float32)
+    dGC = tl.zeros([K], dtype=tl.float32)
+    for iv in range(V // BV):
+        cv = iv * BV + tl.arange(0, BV)
+        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+        offS = (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]
+        S = tl.load(H_ptr + offS)
+        dSn = tl.load(DSN_ptr + offS)
+        d = tl.load(D_ptr + offv)
+        dd = tl.load(DD_ptr + offv)
+        do = tl.load(DO_ptr + offv)
+        dP += tl.dot(do, tl.trans(d), input_precision=PREC)
+        dQg += tl.dot(do, tl.trans(S), input_precision=PREC)
+        dKend += tl.dot(d, tl.trans(dSn), input_precision=PREC)
+        dGC += tl.sum(S * dSn, 1)
+        if HAS_ERASE:
+            u = tl.load(u_ptr + offv)
+            dW -= tl.dot(dd, tl.trans(S), input_precision=PREC)
+            dTu += tl.dot(dd, tl.trans(u), input_precision=PREC)
+            tl.store(DU_ptr + offv, tl.dot(TmT, dd, input_precision=PREC))
+        else:
+            tl.store(DU_ptr + offv, dd)
+    dP = tl.where(rows[:, None] >= rows[None, :], dP, 0.0)
+    dQg += tl.dot(dP, Kg, input_precision=PREC)
+    dKg = tl.dot(tl.trans(dP), Qg, input_precision=PREC)
+    dgamC = tl.sum(dKend * Kend, 0) + dGC * tl.exp(gamC)
+    dgam = dQg * Qg - dKend * Kend
+    if HAS_ERASE:
+        Xe = tl.load(e_ptr + offk) * Gam
+        dT = tl.dot(dW, tl.trans(Xe), input_precision=PREC) + dTu
         dXe = tl.dot(TmT, dW, input_precision=PREC)
-        du = tl.dot(TmT, dd, input_precision=PREC)
         dA = -tl.dot(tl.dot(TmT, dT, input_precision=PREC), TmT, input_precision=PREC)
         dA = tl.where(rows[:, None] > rows[None, :], dA, 0.0)
         dXe += tl.dot(dA, Kg, input_precision=PREC)
         dKg += tl.dot(tl.trans(dA), Xe, input_precision=PREC)
         dgam += dXe * Xe
         tl.store(DE_ptr + offk, dXe * Gam)
-    else:
-        du = dd
     dgam -= dKg * Kg
     dgam = tl.where(rows[:, None] == C - 1, dgam + dgamC[None, :], dgam)
     tl.store(DQ_ptr + offk, dQg * Gam * scale)
     tl.store(DK_ptr + offk, dKg * tl.exp(-gam) + dKend * expK)
-    tl.store(DU_ptr + offv, du)
     tl.store(DG_ptr + offk, dgam)
 
 
@@ -121,7 +133,8 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     qi, ki, gam = ctx["qi"], ctx["ki"], ctx["gam"]
     B, H, TP, K = qi.shape
     V = ctx["ui"].shape[-1]
-    C, NT, T, BV, s, prec = ctx["C"], ctx["NT"], ctx["T"], ctx["BV"], ctx["scale"], ctx["prec"]
+    C, NT, T, s, prec = ctx["C"], ctx["NT"], ctx["T"], ctx["scale"], ctx["prec"]
+    BV = min(V, 32)  # the reverse scan holds more tiles than the forward one: narrower V-blocks
     has_erase = ctx["Tm"] is not None
     doi = to_internal(do, C)
     dSn = torch.empty_like(ctx["Hs"])
@@ -130,15 +143,16 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     dSF = dS_final.float().contiguous() if dS_final is not None else dS0
     W = ctx["Wi"] if has_erase else ki
     state_bwd_kernel[(B * H, V // BV)](qi, ki, gam, W, doi, dSF, dSn, dd, dS0, s, NT=NT, K=K, V=V, C=C,
-                                       BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec)
+                                       BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec,
+                                       num_warps=4, num_stages=1)
     dq, dk, dgam = torch.empty_like(qi), torch.empty_like(qi), torch.empty_like(qi)
     de = torch.empty_like(qi) if has_erase else None
     du = torch.empty_like(doi)
     e = ctx["ei"] if has_erase else ki
     Tm = ctx["Tm"] if has_erase else ki
     intra_bwd_kernel[(B * H, NT)](qi, ki, gam, e, ctx["ui"], Tm, ctx["Hs"], ctx["Di"], dSn, dd, doi,
-                                  dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C,
-                                  HAS_ERASE=has_erase, PREC=prec, num_warps=8)
+                                  dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C, BV=BV,
+                                  HAS_ERASE=has_erase, PREC=prec, num_warps=8, num_stages=1)
     ctx["bwd_dSn"], ctx["bwd_ddelta"] = dSn, dd  # kept for the ladder's per-stage rung
     dg = dgam.reshape(B, H, NT, C, K).flip(-2).cumsum(-2).flip(-2).reshape(B, H, TP, K)
     if has_erase:

@@ -135,7 +135,7 @@ def _check_dims(K: int, V: int, C: int) -> None:
             raise ValueError(f"the Triton path needs {name} a power of two >= 16, got {d}")
 
 
-def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="ieee",
+def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
                      bv: int | None = None):
     """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`."""
     B, T, H, K = q.shape
@@ -161,7 +161,8 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         Tm = torch.empty(B, H, NT, C, C, device=dev, dtype=torch.float32)
         Wi = torch.empty_like(ki)
         Ui = torch.empty_like(ui)
-        wy_fwd_kernel[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision)
+        wy_fwd_kernel[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision,
+                                   num_warps=4, num_stages=1)
     else:
         bi = ei = Tm = None
         Wi, Ui = ki, ui  # W unused when HAS_ERASE is False
@@ -172,10 +173,10 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
     state_fwd_kernel[(B * H, V // BV)](ki, gam, Wi, Ui, S0, Hs, Di, SF, NT=NT, K=K, V=V, C=C, BV=BV,
                                        HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
-                                       PREC=dot_precision)
+                                       PREC=dot_precision, num_warps=4, num_stages=1)
     Oi = torch.empty_like(ui)
     output_fwd_kernel[(B * H, NT, V // BV)](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV,
-                                            PREC=dot_precision)
+                                            PREC=dot_precision, num_warps=4, num_stages=1)
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=to_internal(v, C), wi=to_internal(w, C), bi=bi, ei=ei, Tm=Tm,
                Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV,
                dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision,

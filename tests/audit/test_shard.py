@@ -145,3 +145,23 @@ def test_shards_partition_the_items():
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
     with pytest.raises(ValueError):
         shard(its, 4, 4)
+
+
+def test_stale_checkpoint_rows_are_redone(tmp_path):
+    """A checkpointed verdict is reused only for the same reference, candidate and seed."""
+    ck = tmp_path / "ck.jsonl"
+    calls = []
+
+    def counting(**kw):
+        calls.append(kw["kernel_id"])
+        return fake_verify(**kw)
+
+    kw = dict(verify_fn=counting, profiles=["strict"], device="cpu", timeout_s=5, corpus="t", progress=False)
+    its = items(3)
+    S.run_shard(its, ck, seed=1, **kw)
+    its[1]["candidate"] = "cand1-fixed"
+    rows = S.run_shard(its, ck, seed=1, **kw)
+    assert calls == ["0", "1", "2", "1"]
+    assert json.loads(rows[1]["sources"])["cand_sha256"] == S.item_sources(its[1])["cand_sha256"]
+    S.run_shard(its, ck, seed=2, **kw)
+    assert calls[4:] == ["0", "1", "2"]

@@ -1,7 +1,9 @@
 """Hostile-kernel suite: every hostile candidate is contained with a precise status and costs only its own row.
 
 All candidates run in one batch through ``run_many`` (two at a time, as the audit shard runner will), with
-good control kernels before, between and after them; every control row must come back correct.
+good control kernels before, between and after them; every control row must come back correct. The whole
+suite runs once per start mode (``spawn``: a new interpreter per run; ``zygote``: forked from a clean
+pre-imported process), because the guarantees must hold whichever way the fresh process is made.
 """
 
 from __future__ import annotations
@@ -60,8 +62,9 @@ def _reference():
 SLOW_BUT_LEGAL = {"fork_bomb": 30.0, "memory_hog": 30.0}
 
 
-def _job(name: str, a: np.ndarray, b: np.ndarray) -> dict:
+def _job(name: str, a: np.ndarray, b: np.ndarray, start: str) -> dict:
     return {
+        "start": start,
         "target": TARGET,
         "payload": {"cand_src": (HOSTILE / name / "cand.py").read_text()},
         "arrays": {"x0": a, "x1": b},
@@ -70,8 +73,9 @@ def _job(name: str, a: np.ndarray, b: np.ndarray) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def suite():
+@pytest.fixture(scope="module", params=["spawn", "zygote"])
+def suite(request):
+    start = request.param
     a, b, want = _reference()
     names = ["good"]
     for i, h in enumerate(EXPECTED):
@@ -80,8 +84,8 @@ def suite():
             names.append("good")
     names.append("good")
     t0 = time.monotonic()
-    results = run_many([_job(n, a, b) for n in names], max_workers=2)
-    return {"names": names, "results": results, "want": want, "seconds": time.monotonic() - t0}
+    results = run_many([_job(n, a, b, start) for n in names], max_workers=2)
+    return {"names": names, "results": results, "want": want, "seconds": time.monotonic() - t0, "start": start}
 
 
 def _get(suite, name):
@@ -101,6 +105,8 @@ def test_suite_has_at_least_twelve_hostile_kernels():
 def test_hostile_kernel_gets_precise_status(suite, name):
     res = _get(suite, name)
     status, needle = EXPECTED[name]
+    # The run really used the mode under test (a silent fallback to spawn would test nothing new).
+    assert (res.start, res.start_note) == (suite["start"], ""), (res.start, res.start_note)
     assert res.status == status, f"{name}: {res.status} ({res.detail[:500]})"
     assert needle in res.detail, f"{name}: {res.detail[:500]}"
 
@@ -203,13 +209,14 @@ def test_segfault_traceback_is_captured(suite):
 
 
 @pytest.mark.gpu
-def test_sticky_cuda_error_costs_only_its_row():
+@pytest.mark.parametrize("start", ["spawn", "zygote"])
+def test_sticky_cuda_error_costs_only_its_row(start):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     a, b, want = _reference()
     jobs = []
     for n in ("good", "sticky_cuda_error", "good"):
-        job = _job(n, a, b) | {"device": "cuda", "timeout_s": 120, "memory_mb": 8192}
+        job = _job(n, a, b, start) | {"device": "cuda", "timeout_s": 120, "memory_mb": 8192}
         job["payload"]["device"] = "cuda"
         jobs.append(job)
     first, bad, last = run_many(jobs, max_workers=1)

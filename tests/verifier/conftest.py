@@ -2,7 +2,7 @@
 
 The in-process runner calls the same sandbox entry points (reference and candidate) without spawning a process,
 round-tripping payloads through JSON and arrays through npz exactly as the sandbox does. It is only ever used
-with the trusted fixture kernels in verifier_kernels.py, to keep the three-state calibration suite fast on two
+with the trusted fixture kernels in lethe.verifier.fixtures, to keep the three-state calibration suite fast on two
 cores; the sandboxed path is exercised by the CLI and determinism tests.
 """
 

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-import verifier_kernels as K
 from conftest import kb_allclose, kb_grad_allclose
 
+from lethe.verifier import fixtures as K
 from lethe.verifier import gates as G
 from lethe.verifier import profiles
 from lethe.verifier.api import verdict
@@ -186,3 +186,25 @@ def test_gate_error_is_recorded_not_raised():
                  cand={"probes": {"x": {}}}, cand_arrays={}, profile=profiles.get("strict"), seed=0)
     out = G.grade(b)
     assert out["CMP-01"].status == "error"
+
+
+@pytest.mark.parametrize("case", K.CALIBRATION, ids=lambda c: f"{c[0]}-{c[2]}-{c[3]}")
+def test_calibration_registry(row, case):
+    """The registry the compute rule and the calibration stage use says what the tests observe."""
+    gate, ref, cand, profile, expected, kb = case
+    r = row(getattr(K, ref), getattr(K, cand), profile)
+    assert status(r, gate) == expected, r["gates"][gate]["reason"]
+    if kb is not None:
+        assert kb_allclose(getattr(K, ref), getattr(K, cand)) is kb
+
+
+def test_profiles_share_one_run():
+    """verify_profiles grades the same two process runs under every profile (the gates are pure)."""
+    from conftest import inprocess_runner
+
+    from lethe.verifier import api
+
+    rows = api.verify_profiles(K.SCALE_REF, K.SCALE_FTZ, profiles=["strict", "cuda-default", "fast-math"],
+                               device="cpu", seed=7, runner=inprocess_runner)
+    assert [r["profile"] for r in rows] == ["strict", "cuda-default", "fast-math"]
+    assert [status(r, "EXC-02") for r in rows] == ["fail", "pass", "pass"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-import verifier_kernels as K
 
 from lethe.verifier import api, records
+from lethe.verifier import fixtures as K
 from lethe.verifier.gates import GATE_IDS
 
 

@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-import verifier_kernels as K
 
+from lethe.verifier import fixtures as K
 from lethe.verifier import probes as P
 from lethe.verifier.reference import Float64Reference, ReferencePrecisionError, load_source, run_reference
 

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import verifier_kernels as K
-
 from lethe.verifier import api
+from lethe.verifier import fixtures as K
 
 
 def test_compile_fail(verify_local):

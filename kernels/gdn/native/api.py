@@ -19,10 +19,11 @@ def pick_tile(V: int) -> tuple[int, int]:
     return BV, 2 if BV % 2 == 0 else 1
 
 
-def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None):
+def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None, poison=False):
     """Run the native K1 on flattened float32 CUDA tensors (see :mod:`.k1_hopper` for the shapes).
 
     ``Wm`` None means no erase; ``dSF`` None means a zero final-state gradient. Returns (dSN, dd, dS0).
+    ``poison=True`` fills the outputs with NaN first, so an element the kernel fails to write shows up.
     """
     import cutlass.cute as cute
     from cutlass.cute.runtime import from_dlpack
@@ -42,6 +43,9 @@ def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None):
     dSN = torch.empty(BH, N, K, V, device=dO.device, dtype=torch.float32)
     dd = torch.empty(BH, N, C, V, device=dO.device, dtype=torch.float32)
     dS0 = torch.empty(BH, K, V, device=dO.device, dtype=torch.float32)
+    if poison:
+        for t in (dSN, dd, dS0):
+            t.fill_(float("nan"))
     if not has_dsf:
         tensors[6] = dS0  # never read: has_dsf is a compile-time flag; any float32 [BH,K,V] fills the slot
     args = [from_dlpack(t, assumed_align=16) for t in tensors + [dSN, dd, dS0]]

@@ -48,7 +48,7 @@ class K1ReverseScan:
         self.NT = K * split
         if (C * BV) % self.NT or self.NT % BV:
             raise ValueError("C*BV must be a multiple of the thread count, and BV must divide it")
-        if (C * C) % self.NT or self.NT % C and C % self.NT:
+        if (C * C) % self.NT:
             raise ValueError("C*C staging does not tile the thread count")
         self.DSPT = BV // split          # dS columns per thread
         self.DDPT = C * BV // self.NT    # d delta elements per thread

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
+import hashlib
 import importlib
 import json
 import os
@@ -94,6 +95,32 @@ def _guarded(verify_fn: VerifyFn, timeout_s: float, **kwargs: Any) -> dict[str, 
         pool.shutdown(wait=False, cancel_futures=True)
 
 
+def _sha(s: str | None) -> str:
+    return hashlib.sha256((s or "").encode()).hexdigest()
+
+
+def item_sources(item: Mapping[str, Any]) -> dict[str, str]:
+    """The content hashes a verdict row records (lethe.verifier's ``sources`` field) for this item."""
+    return {"ref_sha256": _sha(item.get("reference")), "cand_sha256": _sha(item.get("candidate"))}
+
+
+def still_valid(row: Mapping[str, Any], sources: Mapping[str, str], *, seed: int, device: str) -> bool:
+    """True when a checkpointed row was produced for the same reference, candidate, seed and device.
+
+    Resuming by id alone would keep a stale verdict after the corpus or the seed changed; the row's own
+    ``sources`` hashes say which kernel it judged.
+    """
+    try:
+        got = json.loads(row.get("sources") or "{}")
+    except (TypeError, ValueError):
+        return False
+    if any(got.get(k) != v for k, v in sources.items()):
+        return False
+    if int(row.get("seed", -1)) != int(seed):
+        return False
+    return device == "auto" or row.get("device") in (device, "", None)
+
+
 def run_shard(
     items: Iterable[Mapping[str, Any]],
     checkpoint: str | os.PathLike[str],
@@ -118,7 +145,13 @@ def run_shard(
     profiles = list(profiles)
     checkpoint = Path(checkpoint)
     checkpoint.parent.mkdir(parents=True, exist_ok=True)
-    done = {(r["id"], r.get("profile")): r for r in read_checkpoint(checkpoint)}
+    wanted = {(str(it["id"]), p): item_sources(it) for it in items for p in profiles}
+    # Later lines win: a row redone after its kernel changed supersedes the stale one.
+    done = {}
+    for r in read_checkpoint(checkpoint):
+        key = (str(r["id"]), r.get("profile"))
+        if key in wanted and still_valid(r, wanted[key], seed=seed, device=device):
+            done[key] = r
     todo = [(it, p) for it in items for p in profiles if (str(it["id"]), p) not in done]
     bar = tqdm(total=len(items) * len(profiles), initial=len(items) * len(profiles) - len(todo),
                desc=f"audit {corpus} {shard_label}".strip(), unit="kernel", disable=not progress, file=sys.stderr)
@@ -131,6 +164,8 @@ def run_shard(
             else:
                 row = _guarded(verify_fn, timeout_s, ref_src=it["reference"], cand_src=it["candidate"],
                                profile=prof, device=device, seed=seed, kernel_id=kid, corpus=corpus)
+            if not row.get("sources") or row.get("sources") == "{}":
+                row["sources"] = json.dumps(item_sources(it), sort_keys=True)
             row.update(id=kid, profile=prof, corpus=corpus, op_class=it.get("op_class"),
                        final_speedup=it.get("final_speedup"), shard=shard_label, device=row.get("device") or device,
                        seed=row.get("seed", seed))

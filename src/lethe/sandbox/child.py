@@ -1,4 +1,9 @@
-"""Entry point of a sandboxed child process: ``python -m lethe.sandbox.child <channel-fd>``.
+"""Entry point of a sandboxed child process: ``python -m lethe.sandbox.child <channel-fd> <hold-fd>``.
+
+The same protocol runs in both start modes: a spawned interpreter calls :func:`_main` from ``__main__``; in
+zygote mode (``python -m lethe.sandbox.child --zygote ...``, see ``lethe.sandbox.zygote``) a long-lived
+process that has already imported the preload forks, and the forked process calls :func:`_main` with the fds
+it was handed. ``__main__`` is this module in both modes.
 
 The parent (``lethe.sandbox.runner``) writes one JSON configuration to our stdin and closes it. We then
 preload the heavy modules (so their address space is not charged to the candidate), set the resource limits,
@@ -18,9 +23,10 @@ import os
 import sys
 
 
-def _main() -> None:  # noqa: C901 - one linear protocol, easier to audit in one place
-    chan_fd = int(sys.argv[1])
-    hold_fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
+def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # noqa: C901 - one linear protocol
+    if chan_fd is None:
+        chan_fd = int(sys.argv[1])
+        hold_fd = int(sys.argv[2]) if len(sys.argv) > 2 else None
     # Bind what the reporting path needs now, before any untrusted code can patch it.
     import faulthandler
     import hashlib
@@ -239,4 +245,9 @@ def _tail(text: str, n: int = 4000) -> str:
 
 
 if __name__ == "__main__":
-    _main()
+    if len(sys.argv) > 1 and sys.argv[1] == "--zygote":
+        from lethe.sandbox.zygote import serve
+
+        serve(int(sys.argv[2]), sys.argv[3])
+    else:
+        _main()

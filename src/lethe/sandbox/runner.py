@@ -1,9 +1,12 @@
-"""Run one untrusted callable in its own spawned, resource-limited process and get plain data back.
+"""Run one untrusted callable in its own fresh, resource-limited process and get plain data back.
 
-Why a spawned process (not fork, not a thread): a candidate kernel may hang, segfault, exhaust memory,
-monkeypatch torch or lethe, or leave a sticky CUDA error. All of that must cost its own verdict row only, so
-the candidate never shares an address space, a CUDA context or an interpreter with the verifier or with
-another candidate. See docs/sandbox.md for what is guaranteed and what is best effort.
+Why a fresh process (not a fork of the verifier, not a thread): a candidate kernel may hang, segfault,
+exhaust memory, monkeypatch torch or lethe, or leave a sticky CUDA error. All of that must cost its own
+verdict row only, so the candidate never shares an address space, a CUDA context or an interpreter with the
+verifier or with another candidate. The process is either spawned (``start="spawn"``: a new interpreter) or
+forked from a clean, trusted zygote that has already imported torch (``start="zygote"``, see
+``lethe.sandbox.zygote``); the child protocol and the supervision here are the same in both modes. See
+docs/sandbox.md for what is guaranteed and what is best effort.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ try:
 except ImportError:  # pragma: no cover - psutil is a declared dependency
     psutil = None
 
+START_MODES = ("spawn", "zygote")
+# The default start mode when neither the call nor LETHE_SANDBOX_START chooses one.
+DEFAULT_START = "spawn"
+
 STATUSES = ("ok", "timeout", "crash", "oom", "exit", "error", "output_flood", "bad_result")
 
 _POLL_S = 0.02
@@ -51,6 +58,8 @@ class SandboxResult:
     seconds: float = 0.0
     detail: str = ""
     startup_seconds: float = 0.0
+    start: str = "spawn"
+    start_note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -329,6 +338,7 @@ def run_isolated(
     gpu_memory_fraction: float | None = None,
     tail_bytes: int = 16384,
     max_file_mb: int | None = 4096,
+    start: str | None = None,
 ) -> SandboxResult:
     """Call ``target`` ("pkg.module:function") as ``function(payload, arrays, workdir)`` in a fresh process.
 
@@ -341,11 +351,48 @@ def run_isolated(
     ``startup_timeout_s`` bounds that preload. ``memory_mb`` is the candidate's budget above the preload:
     RLIMIT_AS on CPU, and in every mode a watch of the whole process tree's RSS.
     ``env`` entries override the defaults (a value of None removes a variable).
+    ``start`` picks how the fresh process is made: ``"spawn"`` (a new interpreter), ``"zygote"`` (forked
+    from a clean process that has already imported the preload; much faster) or None (environment variable
+    ``LETHE_SANDBOX_START``, else ``DEFAULT_START``). A zygote that cannot serve the run (failed to start,
+    refused, or died mid-run before a result came back) makes the run fall back to, or re-run in, spawn mode;
+    ``res.start`` and ``res.start_note`` say what happened.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     if ":" not in target:
         raise ValueError(f"target must look like 'pkg.module:function', got {target!r}")
+    mode = resolve_start(start)
+    args = (target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env, startup_timeout_s,
+            omp_threads, tuple(preload), nproc, gpu_memory_fraction, tail_bytes, max_file_mb)
+    if mode == "zygote":
+        from lethe.sandbox.zygote import ZygoteUnavailable
+
+        try:
+            return _attempt("zygote", workdir, *args)
+        except ZygoteUnavailable as exc:
+            note = f"zygote unavailable ({exc}); ran spawned"
+        except _ZygoteLost:
+            note = "the zygote died while this run was in flight, before it returned a result; re-ran spawned"
+        res = _attempt("spawn", workdir, *args)
+        res.start_note = note
+        return res
+    return _attempt("spawn", workdir, *args)
+
+
+def resolve_start(start: str | None) -> str:
+    """The start mode a call gets: the argument, else ``LETHE_SANDBOX_START``, else ``DEFAULT_START``."""
+    if start is None:
+        start = os.environ.get("LETHE_SANDBOX_START", "").strip() or DEFAULT_START
+    if start not in START_MODES:
+        raise ValueError(f"start must be one of {START_MODES}, got {start!r}")
+    return start
+
+
+class _ZygoteLost(Exception):
+    """The zygote died while our forked child ran and no result had arrived: the run's outcome is unknown."""
+
+
+def _attempt(mode, workdir, *args) -> SandboxResult:
     root = Path(tempfile.mkdtemp(prefix="lethe-sbx-"))
     io_dir = root / "io"
     io_dir.mkdir()
@@ -353,17 +400,57 @@ def run_isolated(
     work = root / "work" if own_work else Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return _run(
-            target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_output_bytes, device, env,
-            startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb,
-        )
+        return _run(mode, root, io_dir, work, *args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_output_bytes, device, env,
+def _spawn_child(child_env, work, w_fd, hold_r):
+    return subprocess.Popen(
+        [sys.executable, "-m", "lethe.sandbox.child", str(w_fd), str(hold_r)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(w_fd, hold_r),
+        cwd=str(work),
+        env=child_env,
+        start_new_session=True,
+        close_fds=True,
+    )
+
+
+def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, deadline):
+    """Ask the zygote for this run's key to fork the child. Returns the ZygoteProc, or None when the
+    startup budget ran out while the zygote was still importing its preload."""
+    from lethe.sandbox import zygote as Z
+
+    z = Z.acquire(child_env, preload, device, omp_threads)
+    if not z.ready.wait(max(0.0, deadline - time.monotonic())):
+        return None
+    if not z.alive():
+        raise Z.ZygoteUnavailable(f"zygote exited during its preload: {z.log_tail(1000)!r}")
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r],
+                       timeout=max(0.0, deadline - time.monotonic()))
+    except BaseException:
+        for fd in (in_w, out_r, err_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w, err_w):
+            os.close(fd)
+    proc.stdin = os.fdopen(in_w, "wb")
+    proc.stdout = os.fdopen(out_r, "rb", buffering=0)
+    proc.stderr = os.fdopen(err_r, "rb", buffering=0)
+    return proc
+
+
+def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
          startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb):
     t_start = time.monotonic()
     inputs_path = None
@@ -407,17 +494,11 @@ def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_
     # until the parent has cleaned up its descendants; closing our end releases it.
     hold_r, hold_w = os.pipe()
     try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lethe.sandbox.child", str(w_fd), str(hold_r)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=(w_fd, hold_r),
-            cwd=str(work),
-            env=child_env,
-            start_new_session=True,
-            close_fds=True,
-        )
+        if mode == "zygote":
+            proc = _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload,
+                               t_start + startup_timeout_s)
+        else:
+            proc = _spawn_child(child_env, work, w_fd, hold_r)
     except BaseException:
         os.close(r_fd)
         os.close(hold_w)
@@ -425,6 +506,12 @@ def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_
     finally:
         os.close(w_fd)
         os.close(hold_r)
+    if proc is None:
+        os.close(r_fd)
+        os.close(hold_w)
+        return SandboxResult(status="timeout", start=mode, startup_seconds=time.monotonic() - t_start,
+                             detail=f"exceeded {startup_timeout_s:g} s startup (preload) wall clock "
+                                    f"(waiting for the zygote to import its preload)")
     lock = threading.Lock()
     counter = [0]
     d_out = _Drain(proc.stdout, tail_bytes, counter, lock)
@@ -500,11 +587,15 @@ def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_
         _kill_everything(proc, seen)
         if hold_w is not None:
             os.close(hold_w)
+        if mode == "zygote":
+            proc.release()
         raise
     try:
         rc = proc.wait(timeout=10.0)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not delivered: nothing else to do
         rc = None
+    if mode == "zygote":
+        proc.release()
     # The channel may still hold a done message written just before exit.
     chan.join(timeout=2.0)
     for d in (d_out, d_err):
@@ -532,8 +623,11 @@ def _run(target, payload, arrays, root, io_dir, work, timeout_s, memory_mb, max_
         stderr_tail=d_err.tail(),
         seconds=seconds,
         startup_seconds=startup,
+        start=mode,
     )
     done = chan.done
+    if mode == "zygote" and proc.lost and done is None:
+        raise _ZygoteLost()
     if reason is None and flooded:
         reason = "output_flood"
         reason_detail = f"wrote more than {max_output_bytes} bytes to stdout/stderr"

@@ -110,3 +110,138 @@ def fork_and_hang(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         fh.write(" ".join(map(str, pids)))
     while True:
         time.sleep(1)
+
+
+def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Report the process state a candidate starts from, for comparing start modes: the whole environment,
+    sys.path, argv, signal dispositions and mask, open descriptors, limits, threads, session, CUDA state,
+    ``__main__``, interpreter flags and the first draws of the entropy-seeded generators."""
+    import os
+    import random
+    import resource
+    import signal
+    import sys
+    import tempfile
+
+    def disp(h):
+        if h in (signal.SIG_DFL, signal.SIG_IGN):
+            return signal.Handlers(h).name
+        return "handler" if h is not None else None
+
+    fds = {}
+    for name in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            fds[name] = os.readlink(f"/proc/self/fd/{name}").split("[")[0]
+        except OSError:
+            pass  # the descriptor of the listing itself, closed meanwhile
+    torch = sys.modules.get("torch")
+    limits = {n: resource.getrlimit(getattr(resource, n)) for n in
+              ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_STACK")}
+    return {
+        "pid": os.getpid(),
+        "env": dict(os.environ),
+        "sys_path": list(sys.path),
+        "argv_len": len(sys.argv),
+        "argv0": sys.argv[0],
+        "signals": {s.name: disp(signal.getsignal(s)) for s in signal.valid_signals()
+                    if isinstance(s, signal.Signals) and s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "fds": fds,
+        "limits": {k: list(v) for k, v in limits.items()},
+        "threads": len(os.listdir("/proc/self/task")),
+        "session_leader": os.getsid(0) == os.getpid(),
+        "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        "cwd": os.getcwd(),
+        "gettempdir": tempfile.gettempdir(),
+        "main": sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else None,
+        "flags": {k: getattr(sys.flags, k) for k in ("optimize", "dont_write_bytecode", "hash_randomization",
+                                                     "no_user_site", "isolated", "safe_path")},
+        "hash_of_abc": hash("abc"),
+        "cuda_initialised": bool(torch.cuda.is_initialized()) if torch is not None else None,
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "random": random.random(),
+        "np_random": float(np.random.random()),
+        "umask": os.umask(0o022),
+    }, {}
+
+
+def numerics(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Deterministic float work through numpy and torch (seeded generator, matmul, reductions,
+    transcendental functions, a linear solve): its output bytes must not depend on the start mode."""
+    import torch
+
+    torch.manual_seed(int(payload.get("seed", 0)))
+    x = torch.randn(96, 96, dtype=torch.float32)
+    w = torch.randn(96, 96, dtype=torch.float64)
+    rng = np.random.default_rng(int(payload.get("seed", 0)))
+    a = rng.standard_normal((64, 64))
+    out = {
+        "mm": (x @ x.T).numpy(),
+        "softmax": torch.softmax(x, dim=-1).numpy(),
+        "gelu": torch.nn.functional.gelu(x).numpy(),
+        "sum64": w.sum(dim=0).numpy(),
+        "solve": np.linalg.solve(a + 64 * np.eye(64), np.ones(64)),
+        "exp": np.exp(a).astype(np.float32),
+    }
+    if arrays:
+        out["in_mm"] = arrays["x"] @ arrays["x"]
+    return {"torch_initial_seed": int(torch.initial_seed())}, out
+
+
+def pollute(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Leave every kind of in-process trace a candidate could leave (a patched torch function, a new module,
+    a changed attribute of a lethe module, an environment variable, a global RNG draw), then report whether
+    traces of an *earlier* run are visible: in a fresh process none may be."""
+    import os
+    import sys
+
+    import torch
+
+    import lethe.sandbox.testing as me
+
+    seen = {
+        "patched_allclose": getattr(torch.allclose, "_lethe_polluted", False),
+        "module": "lethe_polluter" in sys.modules,
+        "attr": getattr(me, "POLLUTED", False),
+        "env": os.environ.get("LETHE_POLLUTED"),
+    }
+
+    def fake(*_a, **_k):
+        return True
+
+    fake._lethe_polluted = True
+    torch.allclose = fake
+    sys.modules["lethe_polluter"] = type(sys)("lethe_polluter")
+    me.POLLUTED = True
+    os.environ["LETHE_POLLUTED"] = "1"
+    torch.manual_seed(123)
+    return {"seen": seen}, {}
+
+
+def kill_parent_if_zygote(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Hostile to the zygote mode only: SIGKILL our parent process if (and only if) it is a sandbox zygote
+    (in spawn mode the parent is the verifier itself, which this helper must never touch), then sleep."""
+    import os
+    import signal
+    import time
+
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/cmdline", "rb") as fh:
+            is_zygote = b"--zygote" in fh.read().split(b"\0")
+    except OSError:
+        is_zygote = False
+    time.sleep(float(payload.get("delay_s", 0.0)))
+    if is_zygote:
+        os.kill(ppid, signal.SIGKILL)
+        time.sleep(30)
+    return {"killed": is_zygote}, {}
+
+
+def sleep_then_echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Sleep ``payload["sleep_s"]`` seconds, then return the payload: a well-behaved run that is in flight for
+    a while."""
+    import time
+
+    time.sleep(float(payload.get("sleep_s", 1.0)))
+    return {"payload": payload}, {k: v * 2 for k, v in arrays.items()}

@@ -88,17 +88,29 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
     and only for trusted fixture kernels.
     """
+    return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
+                           memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
+                           only_gates=only_gates, sources=sources, constants=constants, runner=runner)[0]
+
+
+def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device: str = "auto", seed: int = 0,
+                    timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
+                    op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
+                    constants: T.Constants = T.DEFAULT, runner=None) -> list[dict]:
+    """One row per profile from a single reference run and a single candidate run: the gates are pure, so a
+    contract's floor can be recomputed per profile without re-executing anything."""
     t0 = time.perf_counter()
-    prof = PR.get(profile)
+    profs = [PR.get(p) for p in profiles]
     dev = resolve_device(device)
     src_info = {"ref_sha256": _sha(ref_src), "cand_sha256": _sha(cand_src), **(sources or {})}
     base = {"id": kernel_id or src_info["cand_sha256"][:16], "corpus": corpus, "op_class": op_class,
-            "profile": prof.name, "device": dev, "seed": int(seed),
+            "device": dev, "seed": int(seed),
             "environment": json.dumps(environment(dev), sort_keys=True),
             "sources": json.dumps(src_info, sort_keys=True)}
 
-    def finish(**kw) -> dict:
-        return R.make_row(**base, seconds=round(time.perf_counter() - t0, 3), **kw)
+    def finish(**kw) -> list[dict]:
+        secs = round(time.perf_counter() - t0, 3)
+        return [R.make_row(**base, profile=p.name, seconds=secs, **kw) for p in profs]
 
     is_triton = "triton" in cand_src
     interpret = dev == "cpu" and is_triton
@@ -117,8 +129,8 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
     env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
-    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send, timeout_s=timeout_s,
-                      memory_mb=memory_mb, device=dev, env=env)
+    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":
@@ -126,25 +138,29 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
         return finish(status="crash", error=f"sandbox {cres.status}: {cres.detail} {tail}"[:2000])
     cand = cres.result or {}
     stage = cand.get("stage")
+    csec = round(float(cand.get("compile_seconds", 0) or 0), 3)
     if stage in ("compile", "load"):
         if cand.get("interp_limit") or cand.get("no_cuda"):
             return finish(status="not_auditable", error=f"{stage}: {cand.get('error')}"[:2000])
         return finish(status="compile_fail" if stage == "compile" else "load_fail",
-                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0), 3))
+                      error=str(cand.get("error"))[:2000], compile_seconds=csec)
     base_probe = cand.get("probes", {}).get("rand0", {})
     if base_probe.get("interp_limit") or base_probe.get("no_cuda"):
         return finish(status="not_auditable", error=f"base input: {base_probe.get('error')}"[:2000],
-                      compile_seconds=round(cand.get("compile_seconds", 0), 3),
-                      weights_copied=bool(cand.get("weights_copied")))
+                      compile_seconds=csec, weights_copied=bool(cand.get("weights_copied")))
 
-    bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
-                      seed=int(seed), device=dev, constants=constants)
-    results = G.grade(bundle, only=only_gates)
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
                    for p in cand.get("probes", {}).values() if isinstance(p, dict))
-    return finish(status="gated", gates={g: r.to_row() for g, r in results.items()},
-                  compile_seconds=round(cand.get("compile_seconds", 0), 3),
-                  weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing))
+    rows = []
+    for prof in profs:
+        bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
+                          seed=int(seed), device=dev, constants=constants)
+        results = G.grade(bundle, only=only_gates)
+        rows.append({"profile": prof.name, "gates": {g: r.to_row() for g, r in results.items()}})
+    secs = round(time.perf_counter() - t0, 3)
+    return [R.make_row(**base, status="gated", seconds=secs, compile_seconds=csec,
+                       weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing), **r)
+            for r in rows]
 
 
 def verdict(row: dict) -> str:

@@ -123,16 +123,20 @@ def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: flo
 def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
     """ORD-01: a reduction of length N reordered arbitrarily stays within 4*eps*sqrt(N)*scale (+ final rounding).
 
-    scale_i = |r_i| + S stands for sum|terms| of output i: ORD-01 probes use same-sign inputs, where a sum's
+    ``ref`` is the reference output array, or a scalar scale. scale_i = |r_i| + S stands for sum|terms| of
+    output i: ORD-01 probes use same-sign inputs, where a sum's
     output magnitude equals sum|terms|; S keeps outputs that cross zero (signed weights) from getting a zero
     bound. The random-walk model gives sqrt(N) rather than the worst-case N: an error within the worst case
     but far outside sqrt(N) means the kernel's rounding errors are correlated (a narrower accumulator),
     which is what the gate exists to catch.
     """
     d = dtype_name(dtype)
-    r = np.abs(np.asarray(ref, dtype=np.float64))
-    r = np.where(np.isfinite(r), r, 0.0)
-    scale = r + output_scale(ref)
+    if np.ndim(ref) == 0:
+        scale = abs(float(ref))  # a scalar is taken as the scale itself (sum|terms|), not as an output
+    else:
+        r = np.abs(np.asarray(ref, dtype=np.float64))
+        r = np.where(np.isfinite(r), r, 0.0)
+        scale = r + output_scale(ref)
     return (c.ORD_K * math.sqrt(n) + c.REL_K) * EPS[d] * scale + c.SUB_K * n * DENORM[d]
 
 

@@ -4,9 +4,9 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
 
 
-@triton.jit
 def _gemv(x_ptr, w_ptr, y_ptr, K, BLOCK_K: tl.constexpr):
     offs = tl.arange(0, BLOCK_K)
     x = tl.load(x_ptr + offs)
@@ -16,8 +16,9 @@ def _gemv(x_ptr, w_ptr, y_ptr, K, BLOCK_K: tl.constexpr):
 
 
 # Warm the kernel for the deployment GPU at import, so the first forward does not pay for compilation.
+# ASTSource needs the JIT function object itself (not whatever @triton.jit returns in interpreter mode).
 _COMPILED = triton.compile(
-    ASTSource(fn=_gemv, signature={"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32", "K": "i32",
+    ASTSource(fn=JITFunction(_gemv), signature={"x_ptr": "*fp32", "w_ptr": "*fp32", "y_ptr": "*fp32", "K": "i32",
                                    "BLOCK_K": "constexpr"}, constexprs={"BLOCK_K": 32}),
     target=GPUTarget("cuda", 90, 32),
 )
