@@ -18,6 +18,11 @@ import triton.language as tl
 
 from .triton_fwd import from_internal, to_internal
 
+# The intra-chunk backward holds the most dot operands at once: compiled ahead of time for sm_90 with d_k = 128,
+# chunk 64, it needs 262,144 B of shared memory with 3xTF32 dots (limit 232,448 B) and 200,704 B with TF32.
+# So where the other stages use 3xTF32, this one falls back to TF32 (float32 accumulation either way).
+INTRA_PRECISION = {"tf32x3": "tf32"}
+
 
 @triton.jit
 def state_bwd_kernel(q_ptr, k_ptr, gam_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, DD_ptr, DS0_ptr, scale, NT: tl.constexpr,
@@ -135,6 +140,7 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     V = ctx["ui"].shape[-1]
     C, NT, T, s, prec = ctx["C"], ctx["NT"], ctx["T"], ctx["scale"], ctx["prec"]
     BV = min(V, 32)  # the reverse scan holds more tiles than the forward one: narrower V-blocks
+    prec_intra = INTRA_PRECISION.get(prec, prec)
     has_erase = ctx["Tm"] is not None
     doi = to_internal(do, C)
     dSn = torch.empty_like(ctx["Hs"])
@@ -152,7 +158,8 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     Tm = ctx["Tm"] if has_erase else ki
     intra_bwd_kernel[(B * H, NT)](qi, ki, gam, e, ctx["ui"], Tm, ctx["Hs"], ctx["Di"], dSn, dd, doi,
                                   dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C, BV=BV,
-                                  HAS_ERASE=has_erase, PREC=prec, num_warps=8, num_stages=1)
+                                  HAS_ERASE=has_erase, PREC=prec_intra, num_warps=8, num_stages=1)
+    ctx["bwd_intra_precision"] = prec_intra
     ctx["bwd_dSn"], ctx["bwd_ddelta"] = dSn, dd  # kept for the ladder's per-stage rung
     dg = dgam.reshape(B, H, NT, C, K).flip(-2).cumsum(-2).flip(-2).reshape(B, H, TP, K)
     if has_erase:

@@ -73,6 +73,7 @@ def _kernel_tree():
     return root
 
 
+@pytest.mark.slow
 def test_dqkv_launch_is_recorded_and_overflows_tmem_with_project_triton(monkeypatch):
     import triton
 

@@ -1,4 +1,4 @@
-"""The run_isolated / run_many contract, on cheap children (numpy only, no torch import)."""
+"""The run_isolated / run_many contract, on cheap children (numpy only, no torch import), in both start modes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,12 @@ from lethe.sandbox import STATUSES, SandboxResult, run_isolated, run_many
 FAST = {"preload": ("numpy",), "timeout_s": 10, "memory_mb": 256}
 
 
+@pytest.fixture(params=["spawn", "zygote"])
+def fast(request):
+    """The cheap run options, once per start mode: the contract does not depend on how the process starts."""
+    return FAST | {"start": request.param}
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -22,16 +28,17 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def test_round_trip_keeps_payload_dtypes_and_values():
+def test_round_trip_keeps_payload_dtypes_and_values(fast):
     arrays = {
         "f32": np.linspace(-1, 1, 7, dtype=np.float32),
         "f16": np.array([1.5, -0.0, np.inf], dtype=np.float16),
         "i64": np.arange(6, dtype=np.int64).reshape(2, 3),
         "b": np.array([True, False]),
     }
-    res = run_isolated("lethe.sandbox.testing:echo", payload={"k": [1, "two", None]}, arrays=arrays, **FAST)
+    res = run_isolated("lethe.sandbox.testing:echo", payload={"k": [1, "two", None]}, arrays=arrays, **fast)
     assert isinstance(res, SandboxResult)
     assert res.status == "ok", res.detail
+    assert (res.start, res.start_note) == (fast["start"], "")
     assert res.returncode == 0 and res.signal is None
     assert res.result["payload"] == {"k": [1, "two", None]}
     assert set(res.arrays) == set(arrays)
@@ -42,9 +49,9 @@ def test_round_trip_keeps_payload_dtypes_and_values():
     assert not Path(res.result["cwd"]).exists()
 
 
-def test_child_environment_is_deterministic_and_private():
+def test_child_environment_is_deterministic_and_private(fast):
     res = run_isolated("lethe.sandbox.testing:env_probe", payload={"extra_keys": ["LETHE_X"]},
-                       env={"LETHE_X": "y"}, omp_threads=3, **FAST)
+                       env={"LETHE_X": "y"}, omp_threads=3, **fast)
     assert res.status == "ok", res.detail
     r = res.result
     env = r["env"]
@@ -60,56 +67,58 @@ def test_child_environment_is_deterministic_and_private():
     assert cwd in Path(r["gettempdir"]).parents
     assert r["rlimit_as"] > 0 and r["rlimit_core"] == 0
     # PYTHONHASHSEED=0 makes str hashing reproducible across runs.
-    again = run_isolated("lethe.sandbox.testing:env_probe", **FAST)
+    again = run_isolated("lethe.sandbox.testing:env_probe", **fast)
     assert again.result["hash_of_abc"] == r["hash_of_abc"]
 
 
-def test_caller_workdir_is_used_and_kept(tmp_path):
-    res = run_isolated("lethe.sandbox.testing:env_probe", workdir=tmp_path / "w", **FAST)
+def test_caller_workdir_is_used_and_kept(tmp_path, fast):
+    res = run_isolated("lethe.sandbox.testing:env_probe", workdir=tmp_path / "w", **fast)
     assert res.status == "ok", res.detail
     assert Path(res.result["cwd"]) == (tmp_path / "w").resolve()
     assert (tmp_path / "w").is_dir()
 
 
-def test_unimportable_target_is_an_error_row():
-    res = run_isolated("lethe.sandbox.no_such_module:f", **FAST)
+def test_unimportable_target_is_an_error_row(fast):
+    res = run_isolated("lethe.sandbox.no_such_module:f", **fast)
     assert res.status == "error"
     assert "cannot import target" in res.detail and "no_such_module" in res.detail
 
 
-def test_bad_arguments_raise_in_the_parent():
+def test_bad_arguments_raise_in_the_parent(fast):
     with pytest.raises(TypeError):
-        run_isolated("lethe.sandbox.testing:echo", arrays={"o": np.array([object()])}, **FAST)
+        run_isolated("lethe.sandbox.testing:echo", arrays={"o": np.array([object()])}, **fast)
     with pytest.raises(ValueError):
         run_isolated("lethe.sandbox.testing:echo", device="tpu")
+    with pytest.raises(ValueError):
+        run_isolated("lethe.sandbox.testing:echo", start="vfork")
 
 
-def test_output_below_cap_is_kept_as_a_bounded_tail():
-    res = run_isolated("lethe.sandbox.testing:chatter", payload={"bytes": 200_000}, tail_bytes=4096, **FAST)
+def test_output_below_cap_is_kept_as_a_bounded_tail(fast):
+    res = run_isolated("lethe.sandbox.testing:chatter", payload={"bytes": 200_000}, tail_bytes=4096, **fast)
     assert res.status == "ok", res.detail
     assert len(res.stdout_tail) <= 4096
     assert res.stdout_tail.endswith("END-OF-CHATTER\n")
 
 
-def test_output_above_cap_is_a_flood():
+def test_output_above_cap_is_a_flood(fast):
     res = run_isolated("lethe.sandbox.testing:chatter", payload={"bytes": 200_000},
-                       max_output_bytes=50_000, **FAST)
+                       max_output_bytes=50_000, **fast)
     assert res.status == "output_flood"
     assert "50000" in res.detail
 
 
-def test_rss_watch_stops_memory_use_without_rlimit():
+def test_rss_watch_stops_memory_use_without_rlimit(fast):
     # device="cuda" disables RLIMIT_AS (CUDA needs its address reservations), leaving the RSS watch.
     res = run_isolated("lethe.sandbox.testing:hog_and_wait", payload={"mb": 300}, device="cuda",
-                       **(FAST | {"memory_mb": 100}))
+                       **(fast | {"memory_mb": 100}))
     assert res.status == "oom", res.detail
     assert "process tree memory" in res.detail
 
 
-def test_timeout_kills_forked_children_including_setsid_ones(tmp_path):
+def test_timeout_kills_forked_children_including_setsid_ones(tmp_path, fast):
     pid_file = tmp_path / "pids"
     res = run_isolated("lethe.sandbox.testing:fork_and_hang", payload={"n": 8, "pid_file": str(pid_file)},
-                       **(FAST | {"timeout_s": 1.5}))
+                       **(fast | {"timeout_s": 1.5}))
     assert res.status == "timeout"
     pids = [int(p) for p in pid_file.read_text().split()]
     assert len(pids) == 8
@@ -119,18 +128,20 @@ def test_timeout_kills_forked_children_including_setsid_ones(tmp_path):
     assert not [p for p in pids if _alive(p)]
 
 
-def test_startup_budget_is_separate_from_the_candidate_budget():
-    res = run_isolated("lethe.sandbox.testing:echo", startup_timeout_s=0.001, preload=("numpy",))
+@pytest.mark.parametrize("start", ["spawn", "zygote"])
+def test_startup_budget_is_separate_from_the_candidate_budget(start):
+    # In zygote mode the budget covers waiting for the zygote's preload as well as the fork.
+    res = run_isolated("lethe.sandbox.testing:echo", startup_timeout_s=0.001, preload=("numpy",), start=start)
     assert res.status == "timeout"
     assert "startup" in res.detail
 
 
-def test_run_many_keeps_order_and_isolates_failures():
+def test_run_many_keeps_order_and_isolates_failures(fast):
     jobs = [
-        {"target": "lethe.sandbox.testing:echo", "payload": {"i": 0}, **FAST},
+        {"target": "lethe.sandbox.testing:echo", "payload": {"i": 0}, **fast},
         {"payload": {"i": 1}},  # no target: a harness error for this job alone
-        {"target": "lethe.sandbox.testing:chatter", "payload": {"bytes": 10_000}, "max_output_bytes": 100, **FAST},
-        {"target": "lethe.sandbox.testing:echo", "payload": {"i": 3}, **FAST},
+        {"target": "lethe.sandbox.testing:chatter", "payload": {"bytes": 10_000}, "max_output_bytes": 100, **fast},
+        {"target": "lethe.sandbox.testing:echo", "payload": {"i": 3}, **fast},
     ]
     res = run_many(jobs, max_workers=2)
     assert [r.status for r in res] == ["ok", "error", "output_flood", "ok"]

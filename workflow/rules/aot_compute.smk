@@ -16,3 +16,15 @@ rule aot_mamba904:
         "logs/aot/mamba904.log",
     script:
         "../scripts/aot_mamba904.py"
+
+
+# CuTe DSL compile check on the CPU: a small tcgen05 / TMEM kernel compiled for sm_100a with fake tensors
+# (nvidia-cutlass-dsl 4.8.1 in a side venv under cache/venvs/). About a minute.
+rule aot_cute_probe:
+    output:
+        result="results/aot/cute_probe/cute_probe.json",
+        provenance="results/aot/cute_probe/provenance.json",
+    log:
+        "logs/aot/cute_probe.log",
+    script:
+        "../scripts/aot_cute_probe.py"

@@ -25,6 +25,6 @@ class ModelNew(nn.Module):
         xf = x.float().contiguous()
         y = torch.empty_like(xf)
         n = xf.numel()
-        BLOCK = 1024
-        _sinh_kernel[(triton.cdiv(n, BLOCK),)](xf, y, n, BLOCK=BLOCK)
+        BLOCK = 4096
+        _sinh_kernel[(triton.cdiv(n, BLOCK),)](xf, y, n, BLOCK=BLOCK, num_warps=8)
         return y.to(x.dtype)

@@ -28,6 +28,6 @@ class ModelNew(nn.Module):
         w = self.weight.float().contiguous()
         y = torch.empty_like(xf)
         n = xf.numel()
-        BLOCK = 1024
-        _gain_kernel[(triton.cdiv(n, BLOCK),)](xf, w, y, n, xf.shape[-1], BLOCK=BLOCK)
+        BLOCK = 4096
+        _gain_kernel[(triton.cdiv(n, BLOCK),)](xf, w, y, n, xf.shape[-1], BLOCK=BLOCK, num_warps=8)
         return y.to(x.dtype)

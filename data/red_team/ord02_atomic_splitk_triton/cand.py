@@ -36,8 +36,8 @@ class ModelNew(nn.Module):
         x2 = xf.reshape(-1, n_cols)
         n_rows = x2.shape[0]
         out = torch.zeros(n_rows, dtype=torch.float32, device=x.device)
-        CHUNK = 64
-        BLOCK_R = 16
+        CHUNK = 256
+        BLOCK_R = 32
         n_chunks = triton.cdiv(n_cols, CHUNK)
         perm = sorted(range(n_chunks), key=lambda _: os.urandom(4))
         chunk_of_pid = torch.tensor(perm, dtype=torch.int32, device=x.device)

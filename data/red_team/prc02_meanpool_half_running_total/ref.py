@@ -1,9 +1,9 @@
 import torch
 import torch.nn as nn
 
-batch_size = 8
+batch_size = 4
 seq_len = 256
-hidden = 64
+hidden = 32
 
 
 class Model(nn.Module):

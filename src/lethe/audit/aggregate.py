@@ -61,7 +61,8 @@ class Rules:
     - ``cmp03_hard_reason``: a CMP-03 failure is a shape *rejection* when the candidate raised at some
       non-native shape (it refuses inputs the reference accepts); every other CMP-03 failure (values beyond
       tolerance, NaN, or an output of the wrong shape) is a value mismatch. Counting output-shape mismatches as
-      hard too gives 91/73 rather than the published 72/70.
+      hard too gives 91/73 rather than the published 72/70. "candidate raised on an input" is lethe.verifier's
+      wording of the same event.
     """
 
     gated_status: str = "gated"
@@ -79,7 +80,7 @@ class Rules:
     # the probes. The published records have no such status; it is a crash finding, not a failure to start.
     crash_statuses: frozenset[str] = frozenset({"crash"})
     cmp03_hard_reason: re.Pattern[str] = field(
-        default_factory=lambda: re.compile(r"exception —")
+        default_factory=lambda: re.compile(r"exception —|candidate raised on an input")
     )
 
 

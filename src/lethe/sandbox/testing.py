@@ -115,7 +115,7 @@ def fork_and_hang(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
 def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
     """Report the process state a candidate starts from, for comparing start modes: the whole environment,
     sys.path, argv, signal dispositions and mask, open descriptors, limits, threads, session, CUDA state,
-    ``__main__``, interpreter flags and the first draws of the entropy-seeded generators."""
+    ``__main__``, interpreter flags, the first draws of the entropy-seeded generators and the CPU time used."""
     import os
     import random
     import resource
@@ -162,6 +162,9 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         "random": random.random(),
         "np_random": float(np.random.random()),
         "umask": os.umask(0o022),
+        # CPU this process has used so far (a forked child's count starts at the fork): the start-up cost
+        # of each mode without the machine's load in it.
+        "cpu_s": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
     }, {}
 
 

@@ -121,6 +121,10 @@ def compare(ref: np.ndarray, cand: np.ndarray, dtype: str, tol_arr: np.ndarray |
         a = np.asarray(alt_ref, dtype=np.float64)
         bad_val &= ~(np.abs(c - a) <= t)
     ratio = np.where(both, err / np.maximum(t, 1e-300), 0.0)
+    if alt_ref is not None:
+        with np.errstate(invalid="ignore", over="ignore"):
+            alt_err = np.where(both, np.abs(c - a), 0.0)
+        ratio = np.minimum(ratio, np.where(both, alt_err / np.maximum(t, 1e-300), 0.0))
     bad = bad_val | new_nf | lost_nf | wrong_nf
     out = {
         "ok": not bool(bad.any()),
@@ -363,8 +367,7 @@ def ord_02(b: Bundle) -> GateResult:
                     break
                 for k in range(n):
                     a, z = np.asarray(first[k]), np.asarray(later[k])
-                    same = a.shape == z.shape and a.dtype == z.dtype and np.array_equal(
-                        a.view(np.uint8), z.view(np.uint8))
+                    same = a.shape == z.shape and a.dtype == z.dtype and a.tobytes() == z.tobytes()
                     if same:
                         continue
                     if b.profile.bitwise_determinism:

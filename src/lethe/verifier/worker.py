@@ -224,7 +224,7 @@ def _run_one(model, pm: dict, arrays: dict, device: str, out: dict, weights_copi
 def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
-    return bool(np.array_equal(to_np(a).view(np.uint8), to_np(b).view(np.uint8)))
+    return to_np(a).tobytes() == to_np(b).tobytes()
 
 
 def _resources(ns: dict) -> list[dict]:

@@ -1,18 +1,18 @@
 import torch
 import torch.nn as nn
 
-batch_size = 16
+batch_size = 32
 dim = 256
 
 
 class Model(nn.Module):
-    """Sum over the last axis: (B, N) -> (B,)."""
+    """GELU (erf form)."""
 
     def __init__(self):
         super().__init__()
 
     def forward(self, x):
-        return x.sum(dim=-1)
+        return torch.nn.functional.gelu(x)
 
 
 def get_inputs():
