@@ -165,3 +165,20 @@ def test_stale_checkpoint_rows_are_redone(tmp_path):
     assert json.loads(rows[1]["sources"])["cand_sha256"] == S.item_sources(its[1])["cand_sha256"]
     S.run_shard(its, ck, seed=2, **kw)
     assert calls[4:] == ["0", "1", "2"]
+
+
+def test_a_hung_verifier_does_not_block_exit(tmp_path):
+    """The shard process exits promptly even while an abandoned verifier call is still sleeping."""
+    code = (
+        "import time\n"
+        "from lethe.audit import shard as S\n"
+        "S.GRACE_S = 0.1\n"
+        "def hang(**kw):\n"
+        "    time.sleep(600)\n"
+        "rows = S.run_shard([{'id': '1', 'reference': 'r', 'candidate': 'c'}], r'%s', verify_fn=hang,\n"
+        "                   profiles=['strict'], device='cpu', seed=0, timeout_s=0.1, corpus='t', progress=False)\n"
+        "assert rows[0]['status'] == 'timeout'\n" % (tmp_path / "ck.jsonl")
+    )
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert time.monotonic() - t0 < 60

@@ -14,12 +14,12 @@ by default it is ``lethe.verifier.api.verify``.
 from __future__ import annotations
 
 import argparse
-import concurrent.futures as cf
 import hashlib
 import importlib
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Mapping
@@ -81,18 +81,27 @@ def _append(fh, row: Mapping[str, Any]) -> None:
 
 
 def _guarded(verify_fn: VerifyFn, timeout_s: float, **kwargs: Any) -> dict[str, Any]:
-    """Call the verifier; a verifier that overstays its own timeout yields a timeout row, not a stuck shard."""
-    pool = cf.ThreadPoolExecutor(max_workers=1)
-    fut = pool.submit(verify_fn, timeout_s=timeout_s, **kwargs)
-    try:
-        return dict(fut.result(timeout=timeout_s + GRACE_S if timeout_s else None))
-    except cf.TimeoutError:
+    """Call the verifier; a verifier that overstays its own timeout yields a timeout row, not a stuck shard.
+
+    The call runs in a daemon thread: a hung call is abandoned (it cannot block the shard's exit, which a
+    ThreadPoolExecutor worker would, since those are joined at interpreter shutdown).
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["row"] = dict(verify_fn(timeout_s=timeout_s, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - any verifier bug must cost one row, never the shard
+            box["error"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
+
+    worker = threading.Thread(target=target, name=f"verify-{kwargs.get('kernel_id')}", daemon=True)
+    worker.start()
+    worker.join(timeout_s + GRACE_S if timeout_s else None)
+    if worker.is_alive():
         return {"status": TIMEOUT, "error": f"no verdict within {timeout_s + GRACE_S:.0f} s (shard backstop)"}
-    except Exception as exc:  # noqa: BLE001 - any verifier bug must cost one row, never the shard
-        tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
-        return {"status": HARNESS_ERROR, "error": tb}
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
+    if "error" in box:
+        return {"status": HARNESS_ERROR, "error": box["error"]}
+    return box["row"]
 
 
 def _sha(s: str | None) -> str:

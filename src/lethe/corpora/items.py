@@ -11,7 +11,7 @@ from lethe.corpora.classify import AUDITED
 # Where each corpus's file lives relative to the repository root (fetched ones under the corpora cache).
 LOCAL_FILES = {
     "fixture": "data/fixture_corpus/drkernel_fixture.parquet",
-    "sakana-subset": "data/fixture_corpus/sakana_subset.jsonl",
+    "sakana-subset": "data/sakana_subset/subset.jsonl",
 }
 
 

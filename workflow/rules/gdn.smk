@@ -1,0 +1,42 @@
+# Render rules of the gdn stage: the verification ladder and the family-training table from the committed
+# H200 results under results/gdn/. Registered only once those JSON files exist, so the DAG stays valid before
+# the first GPU run (the compute rules are in gdn_compute.smk).
+import os as _gdn_os
+
+_GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
+_GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
+_GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
+
+RENDER_TARGETS.extend(
+    ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
+    + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
+)
+
+
+rule gdn_ladder_table:
+    input:
+        ladder="results/gdn/ladder.json",
+        fla=["results/gdn/ladder_fla.json"] if _GDN_FLA else [],
+    output:
+        md="paper/tables/gdn_ladder.md",
+        tex="paper/tables/gdn_ladder.tex",
+    params:
+        table="ladder",
+    log:
+        "logs/gdn/ladder_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_training_table:
+    input:
+        train="results/gdn/train_family.json",
+    output:
+        md="paper/tables/gdn_training.md",
+        tex="paper/tables/gdn_training.tex",
+    params:
+        table="training",
+    log:
+        "logs/gdn/training_table.log",
+    script:
+        "../scripts/gdn_render.py"
