@@ -141,6 +141,8 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2):
     t0 = time.time()
     o, _ = chunk_family(member=member, backend="triton", chunk=C, **leaves)
     got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
+    if o.is_cuda:
+        torch.cuda.synchronize()
     elapsed = time.time() - t0
     errs = {"o": rel_err(o, ref)}
     for n, a, r in zip(names, got, ref_grads, strict=True):

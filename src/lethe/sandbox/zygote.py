@@ -49,7 +49,13 @@ _MSG_MAX = 1 << 20
 # Variables read once, when the interpreter or a native library (libgomp, MKL, glibc malloc, torch) starts:
 # a forked child inherits the zygote's reading of them, so runs whose values differ get a different zygote.
 _STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MALLOC_", "GLIBC_", "LD_",
-                     "NUMPY_", "TORCH_", "PYTORCH_", "LC_", "LANG")
+                     "NUMPY_", "TORCH_", "PYTORCH_", "SYMPY_", "LC_", "LANG")
+# Trusted library modules that a preloaded package imports lazily on first use, imported by the zygote too.
+# torch pulls in symbolic_shapes (and with it sympy, about 1.5 s idle and 2.5 s loaded) on the first autograd
+# backward, which the verifier's reference runs for every kernel; a spawned child would pay that inside the
+# candidate's clock every time. Importing them earlier changes which modules are loaded at ``ready``, not
+# what any function computes.
+WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes",)}
 # Per-run paths inside the private run directory (the zygote gets its own); read lazily, so the child's
 # environment can simply replace them.
 PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
@@ -105,8 +111,10 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
     def send(msg: dict) -> None:
         ctl.send(json.dumps(msg).encode("utf-8"))
 
-    # The trusted preload, plus what the child protocol imports before its ``ready`` message.
-    for name in [*json.loads(preload_json), "faulthandler", "hashlib", "json", "resource", "traceback",
+    # The trusted preload, its lazy imports, plus what the child protocol imports before ``ready``.
+    preload = json.loads(preload_json)
+    warm = [m for top in preload for m in WARM_IMPORTS.get(top, ())]
+    for name in [*preload, *warm, "faulthandler", "hashlib", "json", "resource", "traceback",
                  "ctypes", "pathlib", "random", "tempfile"]:
         try:
             importlib.import_module(name)

@@ -93,12 +93,16 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
                            only_gates=only_gates, sources=sources, constants=constants, runner=runner)[0]
 
 
-def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device: str = "auto", seed: int = 0,
+def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
                     timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
                     op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
                     constants: T.Constants = T.DEFAULT, runner=None) -> list[dict]:
-    """One row per profile from a single reference run and a single candidate run: the gates are pure, so a
-    contract's floor can be recomputed per profile without re-executing anything."""
+    """One row per contract profile from a single reference run and a single candidate run.
+
+    The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
+    are run), so the candidate executes once and each profile grades the same recorded outputs. The row of a
+    profile is identical to what ``verify(..., profile=p)`` returns, except for the wall-clock ``seconds``.
+    """
     t0 = time.perf_counter()
     profs = [PR.get(p) for p in profiles]
     dev = resolve_device(device)
@@ -110,15 +114,14 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device:
 
     def finish(**kw) -> list[dict]:
         secs = round(time.perf_counter() - t0, 3)
-        return [R.make_row(**base, profile=p.name, seconds=secs, **kw) for p in profs]
+        return [R.make_row(**base, profile=prof.name, seconds=secs, **kw) for prof in profs]
 
-    is_triton = "triton" in cand_src
-    interpret = dev == "cpu" and is_triton
-    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
-                                              interpret=interpret)
+    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner)
     if rstatus != "ok" or not rres.get("ok"):
         err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
         return finish(status="ref_broken", error=str(err)[:2000])
+
+    is_triton = "triton" in cand_src
     if dev == "cpu" and CUDA_SOURCE.search(cand_src):
         return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
 
@@ -126,11 +129,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device:
             if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
     probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
                       if m["status"] == "ok"]
-    env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
+    env = {"TRITON_INTERPRET": "1"} if (dev == "cpu" and is_triton) else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
-    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
-                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
+    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send, timeout_s=timeout_s,
+                      memory_mb=memory_mb, device=dev, env=env)
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":
@@ -138,16 +141,16 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device:
         return finish(status="crash", error=f"sandbox {cres.status}: {cres.detail} {tail}"[:2000])
     cand = cres.result or {}
     stage = cand.get("stage")
-    csec = round(float(cand.get("compile_seconds", 0) or 0), 3)
     if stage in ("compile", "load"):
         if cand.get("interp_limit") or cand.get("no_cuda"):
             return finish(status="not_auditable", error=f"{stage}: {cand.get('error')}"[:2000])
         return finish(status="compile_fail" if stage == "compile" else "load_fail",
-                      error=str(cand.get("error"))[:2000], compile_seconds=csec)
+                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0), 3))
     base_probe = cand.get("probes", {}).get("rand0", {})
     if base_probe.get("interp_limit") or base_probe.get("no_cuda"):
         return finish(status="not_auditable", error=f"base input: {base_probe.get('error')}"[:2000],
-                      compile_seconds=csec, weights_copied=bool(cand.get("weights_copied")))
+                      compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                      weights_copied=bool(cand.get("weights_copied")))
 
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
                    for p in cand.get("probes", {}).values() if isinstance(p, dict))
@@ -156,11 +159,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles: list[str], device:
         bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
                           seed=int(seed), device=dev, constants=constants)
         results = G.grade(bundle, only=only_gates)
-        rows.append({"profile": prof.name, "gates": {g: r.to_row() for g, r in results.items()}})
-    secs = round(time.perf_counter() - t0, 3)
-    return [R.make_row(**base, status="gated", seconds=secs, compile_seconds=csec,
-                       weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing), **r)
-            for r in rows]
+        rows.append(R.make_row(**base, profile=prof.name, seconds=round(time.perf_counter() - t0, 3),
+                               status="gated", gates={g: r.to_row() for g, r in results.items()},
+                               compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                               weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
+    return rows
 
 
 def verdict(row: dict) -> str:
