@@ -1,9 +1,9 @@
 """One candidate run graded under several profiles gives the rows that separate runs would give."""
 
+import conftest  # tests/verifier/conftest.py (pytest puts this folder on sys.path)
+
 from lethe.verifier import fixtures as F
 from lethe.verifier.api import verify, verify_profiles
-
-import conftest  # tests/verifier/conftest.py (pytest puts this folder on sys.path)
 
 inprocess_runner = conftest.inprocess_runner
 
