@@ -703,7 +703,9 @@ def _from_done(res: SandboxResult, done: dict, npz_path: Path) -> SandboxResult:
             import io
 
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                out_arrays = {k: np.array(z[k]) for k in z.files}
+                # read_array builds each array in fresh memory (the file is a BytesIO, never memory-mapped),
+                # so no further copy is needed; copying 60 MB of reference arrays cost ~0.3 s per run.
+                out_arrays = {k: z[k] for k in z.files}
         except Exception as exc:  # noqa: BLE001 - untrusted file: any parse failure is the candidate's
             res.status, res.detail = "bad_result", f"output arrays unreadable: {type(exc).__name__}: {exc}"
             return res

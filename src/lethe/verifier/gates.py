@@ -389,8 +389,8 @@ def ord_02(b: Bundle) -> GateResult:
 
 def ord_03(b: Bundle) -> GateResult:
     """ORD-03 catastrophic cancellation: on rows of +B, many small terms, -B (B = 4/eps, so a running total
-    holding B drops every small term), the candidate stays within the pairwise-summation bound
-    ORD03_K*eps*log2(N)*sum|terms|. Why: a sequential accumulation order returns ~0 here while the exact answer
+    holding B drops every small term), the candidate stays within ORD03_K*eps*sqrt(N)*sum|terms| (derivation
+    in tolerance.ord03_bound). Why: a naive per-element running total returns ~0 here while the exact answer
     is O(N); random inputs never expose it because their partial sums stay small."""
     per = {}
     for m in b.probes("ORD-03"):

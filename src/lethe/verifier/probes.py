@@ -112,15 +112,25 @@ def call_get_inputs(ns: dict, seed: int, patch: tuple[tuple[str, int], ...]) -> 
     return inputs
 
 
-def _numel_factor(patch_value: int, old: int) -> float:
-    return patch_value / max(old, 1)
+def variant_numel(ns: dict, patch: tuple[tuple[str, int], ...], base_shapes: list[tuple[int, ...]]) -> int | None:
+    """Largest input numel of a shape variant, found without allocating: get_inputs() runs on the meta
+    device (a global can enter several dimensions, e.g. an image's height and width, so scaling is not
+    linear). None when the variant cannot even be shaped."""
+    dim_patch = {int(k.split(":")[1]): v for k, v in patch if k.startswith("__dim__")}
+    if dim_patch:
+        return max((int(torch.Size([dim_patch.get(d, d) for d in s]).numel()) for s in base_shapes), default=1)
+    try:
+        with torch.device("meta"):
+            xs = call_get_inputs(ns, 0, patch)
+    except Exception:  # noqa: BLE001 - an unshapeable variant is simply not planned
+        return None
+    return max((int(x.numel()) for x in xs if isinstance(x, torch.Tensor)), default=1)
 
 
 def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
     """The full, ordered probe list for a reference namespace. Pure in (ns source, seed)."""
     base = call_get_inputs(ns, seed, ())
     float_shapes = [tuple(x.shape) for x in base if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    max_numel = max((int(torch.Size(s).numel()) for s in float_shapes), default=1)
     cap = NUMEL_CAP_INTERPRET if interpret else NUMEL_CAP
 
     P: list[Probe] = [
@@ -155,7 +165,8 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
         for nv in _primes_around(v):
             if n_shape >= MAX_SHAPE_VARIANTS:
                 break
-            if max_numel * _numel_factor(nv, v) > cap:
+            numel = variant_numel(ns, ((name, nv),), float_shapes)
+            if numel is None or numel > cap:
                 continue
             label = name.replace("__dim__:", "dim")
             P.append(Probe(f"shape_{label}={nv}", "rand", ("CMP-03",), patch=((name, nv),), draw=3))
@@ -165,7 +176,8 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
     for name, v in knobs:
         if n_long >= MAX_LONG_VARIANTS or v >= LONG_LEN:
             continue
-        if max_numel * _numel_factor(LONG_LEN, v) > cap:
+        numel = variant_numel(ns, ((name, LONG_LEN),), float_shapes)
+        if numel is None or numel > cap:
             continue
         label = name.replace("__dim__:", "dim")
         patch = ((name, LONG_LEN),)
@@ -213,7 +225,11 @@ def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
         elif k == "ones":
             y = torch.ones(shape, dtype=torch.float64)
         elif k == "cancel":
-            y = cancellation_values(shape, gen, d)
+            # Only the first floating input carries the +B/-B pair: it is the operand whose last axis is
+            # reduced in the common layouts (x for row reductions, A for A @ B); putting B in every operand
+            # would multiply B by B and test dynamic range instead of order.
+            y = cancellation_values(shape, gen, d) if first_float else torch.rand(shape, generator=gen,
+                                                                                   dtype=torch.float64) + 0.5
         elif k == "nonfinite":
             y = torch.randn(shape, generator=gen, dtype=torch.float64)
             if first_float and y.numel() > 0:
@@ -234,7 +250,8 @@ def cancellation_values(shape, gen: torch.Generator, dtype: str) -> torch.Tensor
 
     B = 4/eps(dtype) has ulp(B) = 4 in every dtype, so half an ulp (2) exceeds every small term: a running total
     that holds B rounds each of them away (recursive summation returns ~0 instead of sum(small)), while a
-    pairwise order only exposes log2(N) additions to B. The exact answer sum(small) is O(N), far from 0.
+    blocked or pairwise order only rounds partial sums much larger than s. The exact answer sum(small) is O(N),
+    far from 0 (tolerance.ord03_bound).
     """
     y = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5
     if len(shape) == 0 or shape[-1] < 3:
