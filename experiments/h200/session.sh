@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# One device call, several experiments in priority order, each under its own time limit; everything lands in
+# $OUT/results.tar.gz (the device returns at most 8 files) plus per-step logs.
+#   LETHE_GIT_SHA=<sha> bash experiments/h200/session.sh "pc,sakana,fla" <seconds-total>
+set -u
+steps=${1:-pc,sakana,fla}
+budget=${2:-560}
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
+start=$(date +%s)
+left() { echo $(( budget - ($(date +%s) - start) )); }
+mkdir -p $OUT/r
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $OUT/r/gpu.txt 2>&1
+for step in ${steps//,/ }; do
+  t=$(left); [ "$t" -gt 30 ] || { echo "skip $step: no time left"; continue; }
+  echo "== $step ($t s left)"
+  case $step in
+    pc) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites positive_control > $OUT/r/pc.log 2>&1 ;;
+    rt) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites red_team > $OUT/r/rt.log 2>&1 ;;
+    sakana) timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --limit ${SAKANA_LIMIT:-34} \
+              --workers 16 --scaling 1,2,4 --scaling-kernels 8 > $OUT/r/sakana.log 2>&1 ;;
+    fla) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
+           && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
+              --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
+  esac
+  echo "   rc=$? after $(( $(date +%s) - start )) s"; tail -n 4 $OUT/r/*.log 2>/dev/null | tail -n 8
+done
+rm -rf $OUT/r/sakana/torch_extensions
+tar -czf $OUT/results.tar.gz -C $OUT r && rm -rf $OUT/r
+ls -la $OUT
