@@ -64,3 +64,29 @@ def test_render_is_deterministic(tmp_path):
     assert f"{len(kernels)}/{len(kernels)} deliberately broken kernels caught" in text
     for k in kernels:
         assert k.name.replace("_", "\\_") in text or k.name in text
+
+
+def test_committed_results_match_their_rows():
+    """summary.json is what the table builders derive from the committed rows, loose rows and manifests."""
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    from lethe.redteam.manifest import REPO_ROOT
+    from lethe.redteam.run import read_loose
+
+    records = pytest.importorskip("lethe.verifier.records")
+    checked = 0
+    for suite in ("red_team", "positive_control"):
+        base = Path(REPO_ROOT) / "results" / suite
+        if not (base / "rows.parquet").exists():
+            continue
+        kernels = load_suite(suite)
+        rows, loose = records.read_rows(base / "rows.parquet"), read_loose(base / "loose.parquet")
+        assert sorted(r["id"] for r in rows) == sorted(k.name for k in kernels), "results are stale: re-run"
+        summary = json.loads((base / "summary.json").read_text())
+        assert summary["kernels"] == T.summarise(suite, kernels, rows, loose)["kernels"]
+        checked += 1
+    if not checked:
+        pytest.skip("no committed results yet")

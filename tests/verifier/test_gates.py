@@ -208,3 +208,14 @@ def test_profiles_share_one_run():
                                device="cpu", seed=7, runner=inprocess_runner)
     assert [r["profile"] for r in rows] == ["strict", "cuda-default", "fast-math"]
     assert [status(r, "EXC-02") for r in rows] == ["fail", "pass", "pass"]
+
+
+@pytest.mark.parametrize("name", sorted(K.EDGE_REFS))
+def test_kernelbench_shaped_references_conform(verify_local, name):
+    ref = K.EDGE_REFS[name]
+    r = verify_local(ref, K.as_candidate(ref), seed=3)
+    assert r["status"] == "gated"
+    bad = {g: v["reason"] for g, v in r["gates"].items() if v["status"] not in ("pass", "na")}
+    assert not bad, bad
+    if name == "argmax":
+        assert status(r, "CMP-02") == "na"  # integer output: nothing to differentiate

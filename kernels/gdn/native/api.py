@@ -13,10 +13,13 @@ import torch
 _CACHE: dict[tuple, object] = {}
 
 
-def pick_tile(V: int) -> tuple[int, int]:
-    """(BV, split) for a value width: 32-column tiles, two thread groups per dS row (256 threads at K=128)."""
-    BV = 32 if V % 32 == 0 else V
-    return BV, 2 if BV % 2 == 0 else 1
+def pick_tile(V: int, BH: int, min_ctas: int = 128) -> tuple[int, int]:
+    """(BV, split): 64-column tiles when they still give every SM a CTA, else 32 (H200 timings, docs/native.md:
+    BV=64 won whenever it gave >= 128 CTAs, BV=32 at B*H=64, d_v=64 where BV=64 gives 64 CTAs for 132 SMs);
+    256 threads at K=128."""
+    if V % 64 == 0 and BH * (V // 64) >= min_ctas:
+        return 64, 2
+    return (32, 2) if V % 32 == 0 else (V, 1)
 
 
 def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None, poison=False):
@@ -34,7 +37,7 @@ def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None, poison=False
     BH, N, C, K = Kend.shape
     V = dO.shape[-1]
     if BV is None:
-        BV, split = pick_tile(V)
+        BV, split = pick_tile(V, BH)
     has_erase, has_dsf = Wm is not None, dSF is not None
     tensors = [P, Kend, Qg, Wm if has_erase else Kend, GC, dO, dSF if has_dsf else dO]
     for t in tensors:

@@ -1,4 +1,5 @@
-"""Isolated execution of untrusted code (candidate kernels): one spawned, resource-limited process per run.
+"""Isolated execution of untrusted code (candidate kernels): one fresh, resource-limited process per run
+(spawned, or forked from a clean pre-imported zygote).
 
 Public API: :func:`run_isolated`, :func:`run_many`, :class:`SandboxResult`, ``STATUSES``.
 See docs/sandbox.md for the guarantees and their limits.

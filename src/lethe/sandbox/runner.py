@@ -428,7 +428,10 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
     startup budget ran out (the zygote still importing its preload, or too busy to fork in time)."""
     from lethe.sandbox import zygote as Z
 
-    z = Z.acquire(child_env, preload, device, omp_threads)
+    try:
+        z = Z.acquire(child_env, preload, device, omp_threads)
+    except OSError as exc:  # could not start it (out of fds, processes, memory): spawn instead
+        raise Z.ZygoteUnavailable(f"could not start a zygote: {type(exc).__name__}: {exc}") from exc
     if not z.ready.wait(max(0.0, deadline - time.monotonic())):
         return None
     if not z.alive():
@@ -444,6 +447,8 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
             os.close(fd)
         if isinstance(exc, Z.ZygoteTimeout):
             return None
+        if isinstance(exc, OSError):
+            raise Z.ZygoteUnavailable(f"could not hand the run to the zygote: {type(exc).__name__}: {exc}") from exc
         raise
     finally:
         for fd in (in_r, out_w, err_w):

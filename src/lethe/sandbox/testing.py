@@ -128,13 +128,16 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
             return signal.Handlers(h).name
         return "handler" if h is not None else None
 
+    torch = sys.modules.get("torch")
+    if payload.get("touch_cuda") and torch is not None and torch.cuda.is_available():
+        # A fresh process pays for its own CUDA context in both modes (used by lethe.sandbox.bench).
+        torch.zeros(1, device="cuda").sum().item()
     fds = {}
     for name in sorted(os.listdir("/proc/self/fd"), key=int):
         try:
             fds[name] = os.readlink(f"/proc/self/fd/{name}").split("[")[0]
         except OSError:
             pass  # the descriptor of the listing itself, closed meanwhile
-    torch = sys.modules.get("torch")
     limits = {n: resource.getrlimit(getattr(resource, n)) for n in
               ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_STACK")}
     return {

@@ -98,14 +98,6 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
     import selectors
 
     zygote_pid = os.getpid()
-    # What a fresh interpreter starts with, recorded before we change anything, to restore in each child.
-    handlers = {}
-    for s in signal.valid_signals():
-        try:
-            handlers[s] = signal.getsignal(s)
-        except (OSError, ValueError, RuntimeError):
-            pass
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     ctl = socket.socket(fileno=ctl_fd)
 
     def send(msg: dict) -> None:
@@ -120,6 +112,15 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - same rule as the spawned child: a missing module loses the head start
             pass
+    # The signal state a spawned child has at this point (after the same preload), restored in each forked
+    # child: the loop below changes none of it on purpose, so this is a safety net, not a translation.
+    handlers = {}
+    for sig in signal.valid_signals():
+        try:
+            handlers[sig] = signal.getsignal(sig)
+        except (OSError, ValueError, RuntimeError):
+            pass
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     # Move everything imported so far out of the cyclic collector's reach: a collection in a forked child
     # would otherwise touch (and so copy-on-write duplicate) every object of the image. Those objects stay
     # alive anyway; only garbage cycles among them (none expected in freshly imported modules) are kept.
@@ -250,7 +251,11 @@ def _become_child(req: dict, fds: list[int], ctl, sel, zygote_pid: int, handlers
         pass
     if os.getppid() != zygote_pid:  # the zygote died between fork and prctl
         os._exit(1)
-    # Signal state of a fresh interpreter: the zygote changed none on purpose, but restore all to be sure.
+    # Signal state as after a spawned child's preload. faulthandler (on if PYTHONFAULTHANDLER is set) is
+    # switched off first so its handlers are not overwritten behind its back; the protocol turns it on again.
+    import faulthandler
+
+    faulthandler.disable()
     try:
         signal.set_wakeup_fd(-1)
     except (ValueError, OSError):

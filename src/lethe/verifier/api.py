@@ -101,7 +101,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
     are run), so the candidate executes once and each profile grades the same recorded outputs. The row of a
-    profile is identical to what ``verify(..., profile=p)`` returns, except for the wall-clock ``seconds``.
+    profile is identical to what ``verify(..., profile=p)`` returns, except for the wall-clock ``seconds`` and
+    ``compile_seconds`` (``records.deterministic_view``).
     """
     t0 = time.perf_counter()
     profs = [PR.get(p) for p in profiles]
@@ -116,12 +117,15 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         secs = round(time.perf_counter() - t0, 3)
         return [R.make_row(**base, profile=prof.name, seconds=secs, **kw) for prof in profs]
 
-    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner)
+    # Under the Triton CPU interpreter the plan caps its shape variants harder (probes.NUMEL_CAP_INTERPRET):
+    # the interpreter runs every program of the grid in Python.
+    interpret = dev == "cpu" and "triton" in cand_src
+    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
+                                              interpret=interpret)
     if rstatus != "ok" or not rres.get("ok"):
         err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
         return finish(status="ref_broken", error=str(err)[:2000])
 
-    is_triton = "triton" in cand_src
     if dev == "cpu" and CUDA_SOURCE.search(cand_src):
         return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
 
@@ -129,11 +133,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
             if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
     probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
                       if m["status"] == "ok"]
-    env = {"TRITON_INTERPRET": "1"} if (dev == "cpu" and is_triton) else {"TRITON_INTERPRET": None}
+    env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
-    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send, timeout_s=timeout_s,
-                      memory_mb=memory_mb, device=dev, env=env)
+    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":

@@ -281,3 +281,107 @@ CALIBRATION: list[tuple[str, str, str, str, str, bool | None]] = [
     ("RES-01", "SCALE_REF", "SCALE_DOUBLE", "strict", "fail", None),
 ]
 CONFORMING_REFS = ["SOFTMAX_REF", "SUM_REF", "LINEAR_REF", "SCALE_REF"]
+
+
+# KernelBench-shaped references with features the probe plan must handle: integer inputs (targets),
+# buffers in train mode, integer outputs, tuple outputs, a global entering two dimensions (conv/BN
+# images), two-operand reductions, hard-coded shapes (dimension-size knobs). Conforming = every gate
+# passes or is na.
+HEADER_F = HEADER + "import torch.nn.functional as F\n"
+EDGE_REFS: dict[str, str] = {
+"ce": HEADER_F + '''
+batch_size = 8
+num_classes = 10
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, predictions, targets):
+        return F.cross_entropy(predictions, targets)
+def get_inputs():
+    return [torch.randn(batch_size, num_classes), torch.randint(0, num_classes, (batch_size,))]
+def get_init_inputs():
+    return []
+''',
+"bn": HEADER_F + '''
+batch_size = 4
+features = 3
+dim = 8
+class Model(nn.Module):
+    def __init__(self, f):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(f)
+    def forward(self, x):
+        return self.bn(x)
+def get_inputs():
+    return [torch.randn(batch_size, features, dim, dim)]
+def get_init_inputs():
+    return [features]
+''',
+"argmax": HEADER_F + '''
+batch_size = 4
+dim = 32
+class Model(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.d = d
+    def forward(self, x):
+        return torch.argmax(x, dim=self.d)
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+def get_init_inputs():
+    return [1]
+''',
+"tuple": HEADER_F + '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, x, y):
+        return x + y, (x * y).sum(dim=-1)
+def get_inputs():
+    return [torch.randn(4, 16), torch.randn(4, 16)]
+def get_init_inputs():
+    return []
+''',
+"conv": HEADER_F + '''
+batch_size = 2
+in_channels = 3
+out_channels = 4
+k = 3
+h = 10
+class Model(nn.Module):
+    def __init__(self, i, o, k):
+        super().__init__()
+        self.conv = nn.Conv2d(i, o, k)
+    def forward(self, x):
+        return torch.relu(self.conv(x))
+def get_inputs():
+    return [torch.randn(batch_size, in_channels, h, h)]
+def get_init_inputs():
+    return [in_channels, out_channels, k]
+''',
+"matmul": HEADER_F + '''
+M = 16
+K = 32
+N = 8
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+def get_init_inputs():
+    return []
+''',
+"matmul_hard": HEADER_F + '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+def get_inputs():
+    return [torch.randn(16, 32), torch.randn(32, 8)]
+def get_init_inputs():
+    return []
+''',
+}
