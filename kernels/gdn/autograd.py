@@ -27,6 +27,15 @@ BACKENDS = ("auto", "torch", "triton", "native")
 NATIVE_BACKENDS: dict[str, object] = {}
 
 
+def _register_native() -> None:
+    """Register the CuTe DSL backend on first use (importing it needs no GPU; running its kernel does)."""
+    try:
+        from .native.backend import register
+    except ImportError:  # pragma: no cover - the native sub-package ships with the repo
+        return
+    register()
+
+
 def _resolve_backend(backend: str, q: torch.Tensor) -> str:
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; expected one of {BACKENDS}")
@@ -47,6 +56,8 @@ class ChunkGDNFunction(torch.autograd.Function):
 
             o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
         elif backend == "native":
+            if not NATIVE_BACKENDS:
+                _register_native()
             if not NATIVE_BACKENDS:
                 raise NotImplementedError("no native GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
             impl = NATIVE_BACKENDS["default"]

@@ -160,7 +160,7 @@ def reverse_state_scan(do_c, ctx, dS_final=None):
     return torch.stack(dS_next, dim=2), torch.stack(ddelta, dim=2), dS
 
 
-def chunk_bwd(do, ctx, dS_final=None):
+def chunk_bwd(do, ctx, dS_final=None, scan=None):
     """Explicit backward of :func:`chunk_fwd`: (dq, dk, dv, dg, db, dw, d_initial_state), g-shaped dg ``[B,T,H,K]``.
 
     db is None when the forward ran without erase.
@@ -168,7 +168,8 @@ def chunk_bwd(do, ctx, dS_final=None):
     acc = ctx["qc"].dtype
     C, T, s = ctx["C"], ctx["T"], ctx["scale"]
     do_c = _to_chunks(do, C, acc)
-    dSn, dd, dinit = reverse_state_scan(do_c, ctx, dS_final)
+    # K1 is swappable (the native CuTe DSL scan plugs in here); K2 and the tail stay shared.
+    dSn, dd, dinit = (scan or reverse_state_scan)(do_c, ctx, dS_final)
     Hs, delta, Tm = ctx["Hs"], ctx["delta"], ctx["Tm"]
     qc, kc, uc, vc, wc = ctx["qc"], ctx["kc"], ctx["uc"], ctx["vc"], ctx["wc"]
     gam, Ei, Kend, Qg, GC = ctx["gam"], ctx["Ei"], ctx["Kend"], ctx["Qg"], ctx["GC"]

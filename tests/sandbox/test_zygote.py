@@ -72,6 +72,7 @@ def _normalise(state: dict) -> dict:
     run_dir = str(Path(state["cwd"]).parent)
     s = {k: v for k, v in state.items() if k not in ("pid", "random", "np_random", "cpu_s")}
     s["env"] = {k: v.replace(run_dir, "<run>") for k, v in state["env"].items()}
+    s["c_env"] = {k: v.replace(run_dir, "<run>") for k, v in state["c_env"].items()}
     s["sys_path"] = [p.replace(run_dir, "<run>") for p in state["sys_path"]]
     s["cwd"] = state["cwd"].replace(run_dir, "<run>")
     s["gettempdir"] = state["gettempdir"].replace(run_dir, "<run>")
@@ -90,6 +91,8 @@ def test_forked_child_starts_from_the_state_of_a_spawned_one(batches):
     assert forked["session_leader"] and forked["pgid_is_pid"]
     assert forked["cuda_initialised"] is False and forked["threads"] >= 1
     assert forked["env"]["PYTHONHASHSEED"] == "0" and forked["main"] == "lethe.sandbox.child"
+    # The C-level environment (what the CUDA driver reads) is the run's, not the zygote's.
+    assert forked["c_env"]["HOME"] == "<run>/work/.home" and forked["c_env"]["CUDA_VISIBLE_DEVICES"] == ""
     assert batches["zygote"][0].result["limits"]["RLIMIT_AS"][0] > 0
 
 

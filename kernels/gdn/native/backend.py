@@ -14,13 +14,9 @@ which puts :data:`NATIVE` under ``NATIVE_BACKENDS["default"]``.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from .. import chunked
-
-_SWAP_LOCK = threading.Lock()
 
 
 class NativeGDN:
@@ -38,15 +34,7 @@ class NativeGDN:
             return chunked.chunk_bwd(do, saved, dS_final)
         from .api import native_reverse_state_scan
 
-        # chunk_bwd looks the scan up as a module global; swapping it under a lock keeps one code path for
-        # everything after K1 (K2 and the tail) instead of a second copy of that code here.
-        with _SWAP_LOCK:
-            original = chunked.reverse_state_scan
-            chunked.reverse_state_scan = native_reverse_state_scan
-            try:
-                return chunked.chunk_bwd(do, saved, dS_final)
-            finally:
-                chunked.reverse_state_scan = original
+        return chunked.chunk_bwd(do, saved, dS_final, scan=native_reverse_state_scan)
 
 
 NATIVE = NativeGDN()

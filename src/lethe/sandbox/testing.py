@@ -140,9 +140,17 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
             pass  # the descriptor of the listing itself, closed meanwhile
     limits = {n: resource.getrlimit(getattr(resource, n)) for n in
               ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_STACK")}
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    # What C code (the CUDA driver, OpenMP, glibc) sees, as opposed to Python's os.environ mapping.
+    c_env = {k: (libc.getenv(k.encode()) or b"<unset>").decode() for k in
+             ("HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH")}
     return {
         "pid": os.getpid(),
         "env": dict(os.environ),
+        "c_env": c_env,
         "sys_path": list(sys.path),
         "argv_len": len(sys.argv),
         "argv0": sys.argv[0],
