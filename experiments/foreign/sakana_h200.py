@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--scaling-kernels", type=int, default=16)
     ap.add_argument("--seed", type=int, default=20260829)
     ap.add_argument("--skip-kb", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=0, help="stop starting kernels after this many seconds")
     args = ap.parse_args(argv)
 
     import pandas as pd
@@ -102,6 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"[sakana] compile phase: {sum(c['compiled'] for c in compile_rows)}/{len(items)} built "
           f"in {compile_wall:.1f} s wall", flush=True)
 
+    # Is the shared build cache hit by a fresh process? (A miss would put nvcc inside every audit.)
+    first = next((it for it in items if compiled.get(it["id"], {}).get("compiled")), None)
+    if first is not None:
+        with ProcessPoolExecutor(max_workers=1) as pool:
+            again = pool.submit(_compile_one, first["id"], first["candidate"], ext_dir).result()
+        print(f"[sakana] cache check: rebuilding {first['id']} in a fresh process took "
+              f"{again['compile_seconds']:.2f} s (phase 1: {compiled[first['id']]['compile_seconds']:.1f} s)",
+              flush=True)
+    t_start = time.perf_counter()
+    ckpt = open(out / "rows.checkpoint.jsonl", "a", buffering=1)
+
     # Phase 2: the battery, one candidate run per kernel graded under every profile (the probe plan does not
     # depend on the profile); the reference is cached per source and seed across kernels.
     verdict_rows = []
@@ -109,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     for n, it in enumerate(items, 1):
         if not it["candidate"]:
             continue
+        if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+            print(f"[sakana] time budget reached after {n - 1} kernels", flush=True)
+            break
         rows_k = verify_profiles(it["reference"], it["candidate"], profiles=profiles, device=device,
                                  seed=args.seed, kernel_id=it["id"], corpus="sakana-subset",
                                  op_class=it["op_class"], timeout_s=600)
@@ -117,17 +132,22 @@ def main(argv: list[str] | None = None) -> int:
             row["level"] = it["level"]
             row["compiled_in_phase1"] = compiled.get(it["id"], {}).get("compiled", False)
             verdict_rows.append(row)
+        for row in rows_k:
+            ckpt.write(json.dumps(row, sort_keys=True, default=str) + "\n")
         row = rows_k[0]
         fails = {r["profile"]: [g for g, v in r.get("gates", {}).items() if v["status"] in ("fail", "error")]
                  for r in rows_k}
-        print(f"[audit {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s fails={fails} "
+        print(f"[audit {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s "
+              f"(candidate compile {row.get('compile_seconds')}) fails={fails} "
               f"{row['error'][:200]}", flush=True)
 
     # Phase 3: KernelBench's paper-era check beside it.
     kb_rows = []
+    audited = {r["id"] for r in verdict_rows}
     if not args.skip_kb:
+        audited = {r["id"] for r in verdict_rows}
         for n, it in enumerate(items, 1):
-            if not it["candidate"]:
+            if it["id"] not in audited:
                 continue
             t1 = time.perf_counter()
             kb = check_isolated(it["reference"], it["candidate"], variant="paper", device=device, timeout_s=600)
@@ -139,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
     scaling = []
-    subset = [it for it in items if it["candidate"]][: args.scaling_kernels]
+    subset = [it for it in items if it["candidate"] and it["id"] in audited][: args.scaling_kernels]
     for k in [int(x) for x in args.scaling.split(",") if x]:
         t1 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=k) as pool:

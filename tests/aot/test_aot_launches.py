@@ -94,3 +94,18 @@ def test_reports_from_jit_cache_prefers_driver_figures():
     # a binary never loaded falls back to the cubin's own figures
     kernel.__dict__.pop("n_regs")
     assert report_from_compiled(kernel, source="device").registers == rep_aot.registers
+
+
+def test_fit_summary_distinguishes_some_from_all_configs():
+    from lethe.aot import ResourceReport, fit_summary
+
+    def rep(kernel, tmem, warps):
+        return ResourceReport(target="sm_100a", kernel=kernel, registers=64, shared_bytes=1024, tmem_columns=tmem,
+                              spill_bytes=0, num_warps=warps, num_stages=1, config={"num_warps": warps})
+
+    summary = fit_summary([rep("a", 544, 4), rep("a", 0, 2), rep("b", 544, 4), rep("b", 576, 8), rep("c", 64, 4)])
+    assert summary["a sm_100a"]["verdict"] == "some configs unlaunchable"
+    assert summary["a sm_100a"]["examples"] == [
+        {"config": {"num_warps": 4}, "violations": ["tensor memory 544 columns > 512 on sm_100a"]}]
+    assert summary["b sm_100a"]["verdict"] == "unlaunchable" and summary["b sm_100a"]["configs_over_limits"] == 2
+    assert summary["c sm_100a"] == {"configs": 1, "configs_over_limits": 0, "verdict": "fits", "examples": []}

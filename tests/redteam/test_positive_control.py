@@ -94,6 +94,29 @@ def attention64(q, k, v):
     return np.einsum("...ij,...jd->...id", softmax64(s), v)
 
 
+def gdn64(q, k, v, g, b, w):
+    """Gated delta rule, literally: unit-norm keys, decay exp(logsigmoid(g)), erase sigmoid(b), write sigmoid(w).
+
+    For every (batch, head): S <- diag(exp(g_t)) S;  S <- S - k_t ((b_t * k_t)^T S);  S <- S + k_t (w_t * v_t)^T;
+    o_t = S^T q_t / sqrt(dk).
+    """
+    k = k / np.maximum(np.linalg.norm(k, axis=-1, keepdims=True), 1e-12)
+    logdecay = np.where(g >= 0, -np.log1p(np.exp(-np.abs(g))), g - np.log1p(np.exp(-np.abs(g))))
+    erase, write = 1 / (1 + np.exp(-b)), 1 / (1 + np.exp(-w))
+    B, T, H, K = q.shape
+    out = np.zeros((B, T, H, v.shape[-1]))
+    for bi in range(B):
+        for h in range(H):
+            S = np.zeros((K, v.shape[-1]))
+            for t in range(T):
+                kt = k[bi, t, h]
+                S = np.exp(logdecay[bi, t, h])[:, None] * S
+                S = S - np.outer(kt, (erase[bi, t, h] * kt) @ S)
+                S = S + np.outer(kt, write[bi, t, h] * v[bi, t, h])
+                out[bi, t, h] = S.T @ q[bi, t, h] / math.sqrt(K)
+    return out
+
+
 def p64(t: torch.Tensor) -> np.ndarray:
     return t.detach().double().numpy()
 
@@ -205,6 +228,16 @@ def test_attention_values(shape, dtype):
     assert_matches(m(q, k, v), r, dtype, shape[-2] * shape[-1])
 
 
+@pytest.mark.parametrize("shape", [(1, 48, 2, 16, 16), (2, 37, 1, 8, 5), (1, 5, 3, 4, 4)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_gdn_chunked_values(shape, dtype):
+    B, T, H, K, V = shape
+    m = load("positive_control", "pc_gdn_chunked")
+    qk, vv = (B, T, H, K), (B, T, H, V)
+    xs = [_rand(*sh, dtype=dtype, seed=s) for s, sh in enumerate([qk, qk, vv, qk, qk, vv])]
+    assert_matches(m(*xs), gdn64(*[p64(x) for x in xs]), dtype, T * K)
+
+
 # ---------------------------------------------------------------- contract properties
 
 CALLS = {
@@ -215,6 +248,7 @@ CALLS = {
     "pc_matmul_triton": lambda: [_rand(17, 40, seed=1), _rand(40, 9, seed=2)],
     "pc_cumsum": lambda: [_rand(6, 150)],
     "pc_attention": lambda: [_rand(1, 2, 40, 8, seed=s) for s in (1, 2, 3)],
+    "pc_gdn_chunked": lambda: [_rand(1, 20, 2, 8, seed=s) for s in range(6)],
 }
 
 
@@ -237,8 +271,14 @@ def test_deterministic_and_fresh_output(name):
     assert all(a.data_ptr() != x.data_ptr() for x in xs)
 
 
+# The chunked GDN form evaluates o_t as sum_s (q_t . k_s decay) delta_s: an infinite query component meets
+# products of both signs and gives NaN where the step-by-step recurrence gives +-inf (docs/red_team.md).
+GDN_INF = pytest.mark.xfail(strict=True, reason="chunked GDN turns +-inf queries into NaN (see docs/red_team.md)")
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
-@pytest.mark.parametrize("name", sorted(CALLS))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=GDN_INF) if n == "pc_gdn_chunked" else n
+                                  for n in sorted(CALLS)])
 def test_nonfinite_propagation_like_torch(name):
     """NaN and +-Inf injected into the first input land where torch's own float64 operator puts them."""
     m = load("positive_control", name)

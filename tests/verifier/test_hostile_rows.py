@@ -35,7 +35,7 @@ EXPECTED = {
     "forge_channel": {"gated", "crash"},
     "write_outside": {"gated"},
     "close_std_fds": {"gated", "crash"},
-    "fork_bomb": {"gated", "crash"},
+    "fork_bomb": {"gated", "crash", "timeout"},  # 150 forked copies of a torch process: slow on 2 cores
 }
 
 
@@ -50,9 +50,9 @@ def test_hostile_candidates_cost_their_own_row_only():
         rows[name] = api.verify(ref, cand.read_text(), device="cpu", seed=1, timeout_s=30, memory_mb=1024,
                                 kernel_id=name, only_gates=["CMP-01", "EXC-01"])
     assert len(rows) >= 12
-    for name, row in rows.items():
-        assert row["status"] in EXPECTED[name], (name, row["status"], row["error"][:300])
-        assert api.verdict(row) != "pass", name
+    wrong = {name: (row["status"], row["error"][:200]) for name, row in rows.items()
+             if row["status"] not in EXPECTED[name] or api.verdict(row) == "pass"}
+    assert not wrong, wrong
     assert rows["monkeypatch"]["gates"]["CMP-01"]["status"] == "fail"
     good = api.verify(ref, (HOSTILE / "good" / "cand.py").read_text(), device="cpu", seed=1,
                       only_gates=["CMP-01", "EXC-01"])

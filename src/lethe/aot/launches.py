@@ -285,3 +285,24 @@ def res02_reports(module_or_kernels: Any, launches: Iterable[LaunchRecord],
                 seen.add(key)
                 reports.append(compile_launch(record.jit, target, record.args, kwargs))
     return reports
+
+
+def fit_summary(reports: Iterable[ResourceReport], *, max_spill_bytes: int | None = None) -> dict[str, dict]:
+    """Per (kernel, target): how many compiled configurations fit, and the verdict RES-02 should draw.
+
+    ``"fits"``: every configuration fits; ``"some configs unlaunchable"``: the autotuner would silently drop
+    some (the mamba#904 situation: report, the kernel still runs, possibly on a slow config);
+    ``"unlaunchable"``: no configuration fits, so the kernel cannot run on that target at all.
+    """
+    groups: dict[str, list[ResourceReport]] = {}
+    for rep in reports:
+        groups.setdefault(f"{rep.kernel} {rep.target}", []).append(rep)
+    out = {}
+    for key, reps in sorted(groups.items()):
+        bad = [(r.config or {"num_warps": r.num_warps, "num_stages": r.num_stages}, r.violations(
+            max_spill_bytes=max_spill_bytes)) for r in reps]
+        bad = [(cfg, v) for cfg, v in bad if v]
+        verdict = "fits" if not bad else ("unlaunchable" if len(bad) == len(reps) else "some configs unlaunchable")
+        out[key] = {"configs": len(reps), "configs_over_limits": len(bad), "verdict": verdict,
+                    "examples": [{"config": cfg, "violations": v} for cfg, v in bad[:3]]}
+    return out

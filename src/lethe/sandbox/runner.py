@@ -42,6 +42,8 @@ DEFAULT_START = "zygote"
 STATUSES = ("ok", "timeout", "crash", "oom", "exit", "error", "output_flood", "bad_result")
 
 _POLL_S = 0.02
+# How long a run waits for a ready zygote to fork before it gives up on that zygote.
+_FORK_WAIT_S = 20.0
 _MAX_CHANNEL_BYTES = 256 << 20
 
 
@@ -439,14 +441,19 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
     in_r, in_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    left = max(0.0, deadline - time.monotonic())
     try:
-        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r],
-                       timeout=max(0.0, deadline - time.monotonic()))
+        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r], timeout=min(left, _FORK_WAIT_S))
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
         if isinstance(exc, Z.ZygoteTimeout):
-            return None
+            if left <= _FORK_WAIT_S:
+                return None
+            # A healthy zygote forks in milliseconds even on a loaded machine: this one is stuck (stopped by a
+            # candidate, say). Replace it, and run this one spawned with its own startup budget.
+            z.proc.kill()
+            raise Z.ZygoteUnavailable(f"zygote did not fork within {_FORK_WAIT_S:g} s; killed it") from exc
         if isinstance(exc, OSError):
             raise Z.ZygoteUnavailable(f"could not hand the run to the zygote: {type(exc).__name__}: {exc}") from exc
         raise

@@ -145,8 +145,10 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
     libc = ctypes.CDLL(None)
     libc.getenv.restype = ctypes.c_char_p
     # What C code (the CUDA driver, OpenMP, glibc) sees, as opposed to Python's os.environ mapping.
-    c_env = {k: (libc.getenv(k.encode()) or b"<unset>").decode() for k in
-             ("HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH")}
+    c_env = {}
+    for k in ("HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH"):
+        v = libc.getenv(k.encode())
+        c_env[k] = "<unset>" if v is None else v.decode()
     return {
         "pid": os.getpid(),
         "env": dict(os.environ),
@@ -259,3 +261,14 @@ def sleep_then_echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path)
 
     time.sleep(float(payload.get("sleep_s", 1.0)))
     return {"payload": payload}, {k: v * 2 for k, v in arrays.items()}
+
+
+def blas_probe(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """A BLAS matrix product (numpy's OpenBLAS, multi-threaded when ``OPENBLAS_NUM_THREADS`` > 1) and the
+    thread count around it: the result bytes and the thread pool must not depend on the start mode."""
+    import os
+
+    a = np.random.default_rng(int(payload.get("seed", 0))).standard_normal((256, 256))
+    before = len(os.listdir("/proc/self/task"))
+    out = a @ a.T
+    return {"threads_before": before, "threads_after": len(os.listdir("/proc/self/task"))}, {"out": out}

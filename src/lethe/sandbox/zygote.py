@@ -81,6 +81,28 @@ def _task_count() -> int:
         return 1
 
 
+def _thread_names() -> list[str]:
+    names = []
+    try:
+        for t in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{t}/comm") as fh:
+                names.append(fh.read().strip())
+    except OSError:
+        pass
+    return names
+
+
+def _settle(limit_s: float) -> int:
+    """Thread count once short-lived helper threads (some library imports start one) have ended, waiting up
+    to ``limit_s``; forking is only sound with exactly one."""
+    deadline = time.monotonic() + limit_s
+    n = _task_count()
+    while n != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+        n = _task_count()
+    return n
+
+
 def _cuda_initialised() -> bool:
     torch = sys.modules.get("torch")
     if torch is None:
@@ -128,8 +150,18 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
 
     gc.collect()
     gc.freeze()
-    send({"ev": "ready", "pid": zygote_pid, "tasks": _task_count(), "cuda": _cuda_initialised(),
-          "modules": len(sys.modules)})
+    if _task_count() > 1:
+        # A library started a thread pool at import (numpy's OpenBLAS does when OPENBLAS_NUM_THREADS > 1).
+        # Such libraries register pthread_atfork handlers that stop their pools before a fork and restart
+        # them lazily on next use; one throw-away fork runs those handlers here, once, so that the zygote
+        # itself is single-threaded from then on (it never calls into BLAS again). Forking with other
+        # threads alive is fine for a child that only calls _exit.
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    send({"ev": "ready", "pid": zygote_pid, "tasks": _settle(5.0), "threads": _thread_names(),
+          "cuda": _cuda_initialised(), "modules": len(sys.modules)})
 
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, None)
@@ -187,12 +219,12 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
                 send({"ev": "spawn_failed", "req": req.get("req"), "error": f"malformed request {op!r}"})
                 continue
             # Forking is only sound from a single-threaded process with no CUDA context.
-            tasks, cuda = _task_count(), _cuda_initialised()
+            tasks, cuda = _settle(1.0), _cuda_initialised()
             if tasks != 1 or cuda:
                 for fd in fds:
                     os.close(fd)
                 send({"ev": "spawn_failed", "req": req["req"],
-                      "error": f"zygote not fork-safe (threads={tasks}, cuda_initialised={cuda})"})
+                      "error": f"zygote not fork-safe (threads={_thread_names()}, cuda_initialised={cuda})"})
                 continue
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -471,7 +503,7 @@ class Zygote:
             ev = msg.get("ev")
             if ev == "ready":
                 self.info = msg
-                if msg.get("tasks") != 1 or msg.get("cuda"):
+                if msg.get("cuda") or msg.get("tasks") != 1:
                     self.refused = f"zygote is not fork-safe: {msg}"
                 self.ready.set()
             elif ev in ("spawned", "spawn_failed"):

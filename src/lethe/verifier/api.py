@@ -25,6 +25,8 @@ from lethe.verifier import tolerance as T
 
 _REF_CACHE: dict[str, tuple[Any, dict, dict]] = {}
 _REF_CACHE_MAX = 16
+# RES-02 compiles every launched Triton kernel ahead of time for these targets (lethe.aot), GPU or not.
+AOT_TARGETS = ("sm_90a", "sm_100a")
 CUDA_SOURCE = re.compile(r"load_inline|cpp_extension|cuda_sources|__global__")
 
 
@@ -96,7 +98,8 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
                     timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
                     op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
-                    constants: T.Constants = T.DEFAULT, runner=None) -> list[dict]:
+                    constants: T.Constants = T.DEFAULT, runner=None,
+                    aot_targets: tuple[str, ...] = AOT_TARGETS) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -135,7 +138,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                       if m["status"] == "ok"]
     env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
-               "param_shapes": rres["param_shapes"], "probes": probes_payload}
+               "param_shapes": rres["param_shapes"], "probes": probes_payload,
+               "aot_targets": list(aot_targets) if (not only_gates or "RES-02" in only_gates) else []}
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
     if cres.status == "timeout":

@@ -385,3 +385,53 @@ def get_init_inputs():
     return []
 ''',
 }
+
+
+# RES-02: a one-tile fp32 matmul with 256x256x256 blocks and num_stages=4 compiles "fine" on a CPU host but
+# needs ~2 MiB of shared memory per block on sm_90a (limit 232,448 B) - pitfalls.md. Values are right.
+MATMUL_REF = HEADER + '''
+M = 256
+K = 512
+N = 256
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        return A @ B
+
+def get_inputs():
+    return [torch.randn(M, K), torch.randn(K, N)]
+
+def get_init_inputs():
+    return []
+'''
+
+TRITON_MATMUL_HUGE_TILE = HEADER + '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def _mm(a_ptr, b_ptr, c_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * K + (k + rk)[None, :])
+        b = tl.load(b_ptr + (k + rk)[:, None] * N + rn[None, :])
+        acc += tl.dot(a, b, input_precision="ieee")
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, A, B):
+        A, B = A.contiguous(), B.contiguous()
+        c = torch.empty(A.shape[0], B.shape[1], dtype=torch.float32, device=A.device)
+        _mm[(1,)](A, B, c, A.shape[0], B.shape[1], A.shape[1], BM=256, BN=256, BK=256, num_stages=4)
+        return c
+'''

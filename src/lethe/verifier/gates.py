@@ -488,28 +488,39 @@ def res_01(b: Bundle) -> GateResult:
 
 
 def res_02(b: Bundle) -> GateResult:
-    """RES-02 hardware limits: every Triton kernel the candidate compiled fits the running GPU's launch limits
-    (255 registers/thread, 227 KiB shared memory per block on sm_90, 512 TMEM columns on sm_100), read from the
-    compiled artifact. Why: Triton compiles kernels that can never launch and only fails at load time on the
-    target (or an autotuner silently drops the config), so the verifier compares the numbers itself."""
+    """RES-02 hardware limits: every Triton kernel the candidate launched fits the launch limits of the GPU it
+    ran on (read from the loaded binary) and of the sm_90a and sm_100a targets (compiled ahead of time on this
+    host from the recorded launches): 255 registers/thread, 232,448 B shared memory per block, 512 TMEM
+    columns on sm_100, 1,024 threads. Spills are reported, not failed (local memory is not a launch limit).
+    Why: Triton compiles kernels that can never launch and only fails at load time on the target (or an
+    autotuner silently drops the config), so the verifier compares the numbers itself."""
     reps = b.cand.get("resources") or []
     if not reps:
-        return GateResult("na", "no compiled artifact", {"device": b.device}, b.seed)
+        why = "no compiled artifact"
+        if b.cand.get("aot_error"):
+            why += f" (AOT pass failed: {b.cand['aot_error'][:200]})"
+        return GateResult("na", why, {"device": b.device}, b.seed)
     try:
         from lethe.aot.limits import check
     except Exception as exc:  # noqa: BLE001
         return GateResult("na", f"lethe.aot unavailable: {exc}", {}, b.seed)
     per = {}
     for i, rep in enumerate(reps):
+        key = f"{rep.get('kernel', i)}@{rep.get('target', '?')}#{i}"
+        figures = {k: rep.get(k) for k in ("target", "source", "registers", "shared_bytes", "tmem_columns",
+                                           "spill_bytes", "num_warps", "num_stages")}
+        if rep.get("error"):
+            err = str(rep["error"])
+            resource = any(w in err.lower() for w in ("out of resource", "shared memory", "tensor memory", "tmem"))
+            per[key] = {"status": "fail" if resource else "na", "report": figures,
+                        "reason": f"did not compile for {rep.get('target')}: {err[:200]}"}
+            continue
         try:
             v = check(rep)
         except Exception as exc:  # noqa: BLE001 - unknown target etc.
-            per[f"{rep.get('kernel', i)}#{i}"] = {"status": "na", "reason": f"cannot judge: {exc}"[:200]}
+            per[key] = {"status": "na", "reason": f"cannot judge: {exc}"[:200], "report": figures}
             continue
-        per[f"{rep.get('kernel', i)}#{i}"] = {"status": "fail" if v else "pass", "reason": "; ".join(v),
-                                               "report": {k: rep.get(k) for k in (
-                                                   "target", "registers", "shared_bytes", "tmem_columns",
-                                                   "spill_bytes", "num_warps", "num_stages")}}
+        per[key] = {"status": "fail" if v else "pass", "reason": "; ".join(v), "report": figures}
     return _fold("RES-02", per, b, "no kernel report could be judged")
 
 
