@@ -18,10 +18,6 @@ configfile: "config/config.yaml"
 include: "workflow/rules/common.smk"
 
 
-# One software environment for every rule (used with --sdm conda; otherwise the active venv).
-conda: "workflow/envs/lethe.yaml"
-
-
 # load rules: one file per stage
 for _stage in STAGES:
     include: f"workflow/rules/{_stage}.smk"

@@ -1,7 +1,9 @@
 """Hostile candidates through the whole verifier (real sandbox): each costs its own row only, with a precise
 status, never "pass"; a correct kernel verified after all of them still passes (the verifier's state is intact).
 
-The kernels are data/hostile/* (the sandbox suite's, tests/sandbox/test_hostile.py). The monkeypatching one
+The kernels are data/hostile/* (the sandbox suite's, tests/sandbox/test_hostile.py), except write_outside: it
+returns a correct result (so "pass" is the right verdict) and leaves files outside the sandbox that only the
+sandbox suite knows how to clean up. The monkeypatching one
 patches torch.allclose, numpy.allclose and every lethe `verify`/`compare`/`check` it can reach in its own
 process; grading happens in the parent on returned arrays, so it still fails CMP-01.
 """
@@ -33,7 +35,6 @@ EXPECTED = {
     "non_tensor": {"gated"},
     "monkeypatch": {"gated"},
     "forge_channel": {"gated", "crash"},
-    "write_outside": {"gated"},
     "close_std_fds": {"gated", "crash"},
     "fork_bomb": {"gated", "crash", "timeout"},  # 150 forked copies of a torch process: slow on 2 cores
 }

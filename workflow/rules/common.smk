@@ -16,6 +16,10 @@ STAGES = [
     if os.path.exists(os.path.join(workflow.basedir, "workflow", "rules", f"{stage}.smk"))
 ]
 
+# The one software environment every rule runs in (`--sdm conda`; otherwise the active virtualenv). Paths in
+# a rule's conda directive are relative to its .smk file.
+CONDA_ENV = "../envs/lethe.yaml"
+
 # Every render rule appends its outputs here; `rule all` asks for exactly these.
 RENDER_TARGETS = []
 
