@@ -91,6 +91,11 @@ def test_cli_end_to_end_triton_interpreter_candidate(files):
     assert res.returncode == 0, res.stdout + res.stderr
     assert out["verdict"] == "pass" and out["gates"]["CMP-01"]["status"] == "pass"
     assert out["gates"]["CMP-02"]["status"] == "na"  # no autograd graph: na, never pass
+    # RES-02 ahead of time: the launched kernel compiled for both targets on this CPU-only host.
+    res02 = out["gates"]["RES-02"]
+    assert res02["status"] == "pass", res02
+    targets = {p["report"]["target"] for p in res02["evidence"]["probes"].values()}
+    assert targets == {"sm_90a", "sm_100a"}
 
 
 @pytest.mark.slow

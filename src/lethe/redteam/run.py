@@ -115,3 +115,17 @@ def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", devic
     provenance.write(out_dir / "provenance.json", command=f"lethe.redteam.run.run_suite({suite!r})",
                      suite=suite, profile=profile, device=device, seed=seed, n_kernels=len(kernels))
     return summary
+
+
+def resummarise(suite: str, out_dir: str | Path, data_root: str | Path | None = None) -> dict[str, Any]:
+    """Rebuild ``summary.json`` from the committed rows and loose rows after a manifest edit (no new
+    measurement: verdicts and loose verdicts are read back, only the manifest-derived fields change)."""
+    from lethe.verifier import records
+
+    out_dir = Path(out_dir)
+    old = json.loads((out_dir / "summary.json").read_text())
+    summary = tables.summarise(suite, load_suite(suite, data_root), records.read_rows(out_dir / "rows.parquet"),
+                               read_loose(out_dir / "loose.parquet"))
+    summary["run"] = old.get("run", {})
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary

@@ -15,8 +15,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from lethe.verifier import gates as G
 from lethe.verifier import probes as P
 from lethe.verifier import profiles as PR
@@ -138,8 +136,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                       if m["status"] == "ok"]
     env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
-               "param_shapes": rres["param_shapes"], "probes": probes_payload,
-               "aot_targets": list(aot_targets) if (not only_gates or "RES-02" in only_gates) else []}
+               "param_shapes": rres["param_shapes"], "probes": probes_payload}
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
     if cres.status == "timeout":
@@ -160,6 +157,10 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                       compile_seconds=round(cand.get("compile_seconds", 0), 3),
                       weights_copied=bool(cand.get("weights_copied")))
 
+    if aot_targets and "triton" in cand_src and (not only_gates or "RES-02" in only_gates):
+        cand["resources"] = list(cand.get("resources") or []) + _aot_pass(
+            cand_src, rres, send, seed, aot_targets, timeout_s, memory_mb, runner, cand)
+
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
                    for p in cand.get("probes", {}).values() if isinstance(p, dict))
     rows = []
@@ -172,6 +173,24 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                                compile_seconds=round(cand.get("compile_seconds", 0), 3),
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
     return rows
+
+
+def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout_s: float, memory_mb: int,
+              runner, cand: dict) -> list[dict]:
+    """RES-02 ahead of time, in a third sandboxed process (worker.run_aot); failures become cand["aot_error"]."""
+    base = next((m for m in rres["probes"] if m["id"] == "rand0" and m["status"] == "ok"), None)
+    if base is None:
+        return []
+    keys = {s["key"] for s in base["inputs"] if s["t"] == "tensor"} | {k for k in send if k.startswith("init/")}
+    res = (runner or _sandbox())("lethe.verifier.worker:run_aot",
+                                 payload={"cand_src": cand_src, "seed": int(seed), "init": rres["init"],
+                                          "inputs": base["inputs"], "targets": list(targets)},
+                                 arrays={k: send[k] for k in keys}, timeout_s=timeout_s, memory_mb=memory_mb,
+                                 device="cpu", env={"TRITON_INTERPRET": None})
+    if res.status != "ok":
+        cand["aot_error"] = f"{res.status}: {res.detail}"[:400]
+        return []
+    return list((res.result or {}).get("resources") or [])
 
 
 def verdict(row: dict) -> str:
@@ -212,14 +231,3 @@ def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str 
     return {"id": row["id"], "gate": gate, "recorded": old_g, "replayed": new_g,
             "row_status": new["status"], "sources_match": same_src,
             "reproduces": old_g["status"] == new_g["status"] and old_g["evidence"] == new_g["evidence"]}
-
-
-def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
-    """Stable digest of a set of arrays (used by tests of the reference cache)."""
-    h = hashlib.sha256()
-    for k in sorted(arrays):
-        h.update(k.encode())
-        h.update(np.ascontiguousarray(arrays[k]).tobytes())
-    return h.hexdigest()
-
-

@@ -90,19 +90,6 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         return [torch.from_numpy(np.array(arrays[s["key"]])).to(TDT.get(s["dtype"], torch.float32))
                 if s["t"] == "tensor" else s["v"] for s in payload["init"]]
 
-    # The AOT pass runs first, before the interpreted copy of the candidate is even loaded: once the Triton
-    # interpreter has been set up in a process, compiling for a GPU target fails inside Triton's code generator.
-    aot_reports: list[dict] = []
-    aot_error = None
-    targets = payload.get("aot_targets") or []
-    if targets and "triton" in payload["cand_src"]:
-        base = next((p for p in payload["probes"] if p["id"] == "rand0"), None)
-        if base is not None:
-            try:
-                aot_reports = _aot_reports(payload["cand_src"], init_inputs(), base, arrays, seed, workdir, targets)
-            except Exception as exc:  # noqa: BLE001 - no AOT report is an "na", never a candidate failure
-                aot_error = f"{type(exc).__name__}: {exc}"[:400]
-
     t0 = time.perf_counter()
     try:
         ns = load_source(payload["cand_src"], "lethe_candidate", workdir)
@@ -158,7 +145,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
                 raise
             results[pid] = _err(exc)
 
-    resources = (_resources(ns) if device == "cuda" else []) + aot_reports
+    resources = _resources(ns) if device == "cuda" else []
     declared = ns.get("LETHE_DTYPES", getattr(ns["ModelNew"], "LETHE_DTYPES", None))
     return {
         "stage": "ok",
@@ -168,7 +155,6 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         "load_seconds": load_s,
         "probes": results,
         "resources": resources,
-        "aot_error": aot_error,
         "interpret": interpret,
     }, out
 
@@ -246,37 +232,39 @@ def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     return to_np(a).tobytes() == to_np(b).tobytes()
 
 
-def _aot_reports(src: str, init: list, base: dict, arrays: dict, seed: int, workdir, targets: list[str]) -> list[dict]:
-    """RES-02 ahead of time: load the candidate a second time as real (not interpreted) Triton, record the
-    launches one forward on the base input makes without executing them (lethe.aot.launches), and compile
-    each launched kernel for every target (sm_90a, sm_100a) on this host. Compiled, never executed."""
+def run_aot(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
+    """Sandbox entry point "lethe.verifier.worker:run_aot" (RES-02 ahead of time, a process of its own).
+
+    Loads the candidate as real (not interpreted) Triton, records the launches one forward on the base input
+    makes without executing them (lethe.aot.launches), and compiles each launched kernel for every target
+    (sm_90a, sm_100a) on this host: compiled, never executed. It needs its own process because the Triton
+    interpreter and the real compiler cannot share one: once either has run, the other fails inside Triton.
+    """
     from lethe.aot.launches import record_launches, res02_reports
 
-    saved = os.environ.pop("TRITON_INTERPRET", None)
-    try:
-        load_source(src, "lethe_candidate_aot", workdir)
-        import sys
+    torch.set_num_threads(1)
+    load_source(payload["cand_src"], "lethe_candidate_aot", workdir)
+    import sys
 
-        module = sys.modules["lethe_candidate_aot"]
-        torch.manual_seed(seed)
-        model = module.ModelNew(*init)
-        xs = _load_inputs(base["inputs"], arrays, "cpu")
-        with record_launches(execute=False) as launches:
-            try:
-                with torch.no_grad():
-                    model(*xs)
-            except Exception:  # noqa: BLE001, S110 - nothing was launched, so what follows may fail: irrelevant
-                pass
-        reps = res02_reports(module, list(launches), targets=targets)
-    finally:
-        if saved is not None:
-            os.environ["TRITON_INTERPRET"] = saved
+    module = sys.modules["lethe_candidate_aot"]
+    init = [torch.from_numpy(np.array(arrays[s["key"]])).to(TDT.get(s["dtype"], torch.float32))
+            if s["t"] == "tensor" else s["v"] for s in payload["init"]]
+    torch.manual_seed(int(payload["seed"]))
+    model = module.ModelNew(*init)
+    xs = _load_inputs(payload["inputs"], arrays, "cpu")
+    with record_launches(execute=False) as launches:
+        try:
+            with torch.no_grad():
+                model(*xs)
+        except Exception:  # noqa: BLE001, S110 - nothing was launched, so what follows may fail: irrelevant
+            pass
+    reps = res02_reports(module, list(launches), targets=payload["targets"])
     out = []
     for r in reps:
         d = r.to_dict()
         d["source"] = "aot"
         out.append(d)
-    return out
+    return {"resources": out, "n_launches": len(launches)}, {}
 
 
 def _resources(ns: dict) -> list[dict]:
