@@ -101,3 +101,12 @@ def test_fresh_clone_default_target_renders_without_compute(tmp_path):
     assert not (ran & compute_rule_names()), f"compute rules ran on a fresh clone: {ran & compute_rule_names()}"
     status = subprocess.run(["git", "status", "--porcelain"], cwd=clone, capture_output=True, text=True)
     assert status.stdout == "", f"default target changed the tree:\n{status.stdout}"
+
+
+def test_every_rule_names_the_project_environment():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from add_rule_envs import add_envs
+
+    for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
+        text = path.read_text()
+        assert add_envs(text) == text, f"{path.name}: a rule lacks `conda: CONDA_ENV` (run tools/add_rule_envs.py)"

@@ -10,6 +10,8 @@ if os.path.exists(os.path.join(workflow.basedir, "results/aot/mamba904.json")):
 
 
 rule aot_mamba904_table:
+    conda:
+        CONDA_ENV
     input:
         result="results/aot/mamba904.json",
     output:

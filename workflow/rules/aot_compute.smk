@@ -5,6 +5,8 @@
 
 
 rule aot_mamba904:
+    conda:
+        CONDA_ENV
     output:
         result="results/aot/mamba904.json",
         provenance="results/aot/provenance.json",
@@ -21,6 +23,8 @@ rule aot_mamba904:
 # CuTe DSL compile check on the CPU: a small tcgen05 / TMEM kernel compiled for sm_100a with fake tensors
 # (nvidia-cutlass-dsl 4.8.1 in a side venv under cache/venvs/). About a minute.
 rule aot_cute_probe:
+    conda:
+        CONDA_ENV
     output:
         result="results/aot/cute_probe/cute_probe.json",
         provenance="results/aot/cute_probe/provenance.json",

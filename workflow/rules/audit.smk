@@ -13,6 +13,8 @@ RENDER_TARGETS.extend(
 
 
 rule audit_floor_table:
+    conda:
+        CONDA_ENV
     input:
         aggregates="results/audit/{corpus}/aggregates.json",
     output:

@@ -23,6 +23,8 @@ AUDIT_CORPUS_FILE = _AUDIT_LOCAL.get(AUDIT_CORPUS) or str(
 
 
 rule corpora_fetch:
+    conda:
+        CONDA_ENV
     output:
         f"{config['corpora']['cache_dir']}/{{dataset}}/{{revision}}/{{filename}}",
     params:
@@ -34,6 +36,8 @@ rule corpora_fetch:
 
 
 rule audit_shard:
+    conda:
+        CONDA_ENV
     input:
         corpus=AUDIT_CORPUS_FILE,
     output:
@@ -57,6 +61,8 @@ rule audit_shard:
 
 
 rule audit_gather:
+    conda:
+        CONDA_ENV
     input:
         expand(f"{AUDIT_CACHE}/shards/{{i}}-of-{AUDIT_SHARDS}.parquet", i=range(AUDIT_SHARDS)),
     output:

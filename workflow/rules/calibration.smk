@@ -13,6 +13,8 @@ RENDER_TARGETS.extend(
 
 
 rule calibration_render:
+    conda:
+        CONDA_ENV
     input:
         sweep="results/calibration/sweep.json",
     output:
@@ -27,6 +29,8 @@ rule calibration_render:
 
 
 rule calibration_published_table:
+    conda:
+        CONDA_ENV
     input:
         published="data/published/threshold_calibration.json",
     output:

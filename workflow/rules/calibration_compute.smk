@@ -3,6 +3,8 @@
 
 
 rule calibration_sweep:
+    conda:
+        CONDA_ENV
     input:
         tolerance="src/lethe/verifier/tolerance.py",
         sweep_code="src/lethe/calibration/sweep.py",

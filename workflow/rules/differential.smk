@@ -29,6 +29,8 @@ for _c in DIFFERENTIAL_CORPORA:
 
 
 rule differential_published_tables:
+    conda:
+        CONDA_ENV
     input:
         crossval="data/published/crossval_kernelbench.json",
         agreement="data/published/kernelbench_actual_agreement.json",
@@ -46,6 +48,8 @@ rule differential_published_tables:
 
 
 rule differential_corpus_tables:
+    conda:
+        CONDA_ENV
     input:
         differential="results/differential/{corpus}/differential.json",
     output:

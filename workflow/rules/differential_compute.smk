@@ -7,6 +7,8 @@
 
 
 rule differential_kb_check:
+    conda:
+        CONDA_ENV
     input:
         kernels="results/audit/{corpus}/kernels.parquet",
     output:
@@ -22,6 +24,8 @@ rule differential_kb_check:
 
 
 rule differential_join:
+    conda:
+        CONDA_ENV
     input:
         rows="results/audit/{corpus}/rows.parquet",
         kb_rows="results/differential/{corpus}/kb_rows.parquet",
@@ -39,6 +43,8 @@ rule differential_join:
 # Not part of any default target: needs a GPU and a local KernelBench checkout (config kernelbench.checkout);
 # without the checkout the script stops with a message saying how to provide one.
 rule differential_agreement:
+    conda:
+        CONDA_ENV
     input:
         kernels="results/audit/{corpus}/kernels.parquet",
         ours="results/differential/{corpus}/kb_rows.parquet",

@@ -14,6 +14,8 @@ if os.path.exists(os.path.join(workflow.basedir, FOREIGN_DIR, "rows.parquet")):
 
 
 rule foreign_render:
+    conda:
+        CONDA_ENV
     input:
         rows=f"{FOREIGN_DIR}/rows.parquet",
         kb=f"{FOREIGN_DIR}/kb_rows.parquet",

@@ -3,6 +3,8 @@
 
 
 rule foreign_sakana:
+    conda:
+        CONDA_ENV
     input:
         subset="data/sakana_subset/subset.jsonl",
     output:

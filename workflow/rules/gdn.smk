@@ -14,6 +14,8 @@ RENDER_TARGETS.extend(
 
 
 rule gdn_ladder_table:
+    conda:
+        CONDA_ENV
     input:
         ladder="results/gdn/ladder.json",
         fla=["results/gdn/ladder_fla.json"] if _GDN_FLA else [],
@@ -29,6 +31,8 @@ rule gdn_ladder_table:
 
 
 rule gdn_training_table:
+    conda:
+        CONDA_ENV
     input:
         train="results/gdn/train_family.json",
     output:

@@ -4,6 +4,8 @@
 
 
 rule gdn_ladder:
+    conda:
+        CONDA_ENV
     input:
         script="experiments/gdn/ladder.py",
     output:
@@ -20,6 +22,8 @@ rule gdn_ladder:
 
 
 rule gdn_ladder_fla:
+    conda:
+        CONDA_ENV
     input:
         script="experiments/gdn/ladder.py",
     output:
@@ -35,6 +39,8 @@ rule gdn_ladder_fla:
 
 
 rule gdn_train_family:
+    conda:
+        CONDA_ENV
     input:
         script="experiments/gdn/train_family.py",
     output:

@@ -8,6 +8,8 @@ RENDER_TARGETS.extend(
 
 
 rule hand_audit_published_summary:
+    conda:
+        CONDA_ENV
     input:
         labels="data/hand_audit/published_sample.csv",
         buckets="data/hand_audit/published_sample.buckets.json",

@@ -3,6 +3,8 @@
 
 
 rule hand_audit_select:
+    conda:
+        CONDA_ENV
     input:
         rows="results/audit/{corpus}/rows.parquet",
         kb_rows="results/differential/{corpus}/kb_rows.parquet",

@@ -7,6 +7,8 @@ if os.path.exists(os.path.join(workflow.basedir, "results/native/aot.json")):
 
 
 rule native_bench_table:
+    conda:
+        CONDA_ENV
     input:
         result="results/native/bench.json",
     output:
@@ -21,6 +23,8 @@ rule native_bench_table:
 
 
 rule native_blackwell_aot_table:
+    conda:
+        CONDA_ENV
     input:
         result="results/native/aot.json",
     output:

@@ -3,6 +3,8 @@
 
 
 rule native_aot:
+    conda:
+        CONDA_ENV
     output:
         result="results/native/aot.json",
         provenance="results/native/aot_provenance.json",

@@ -52,6 +52,8 @@ CLAIM_INPUTS = [p for p in CLAIM_SOURCES if os.path.exists(p)]
 if FIGURE_STEMS:
 
     rule paper_figures:
+        conda:
+            CONDA_ENV
         input:
             sorted({os.path.join(PUBLISHED, f) for s in FIGURE_STEMS for f in PAPER_FIGURES[s]}),
         output:
@@ -76,6 +78,8 @@ if FIGURE_STEMS:
 if TABLE_STEMS:
 
     rule paper_tables:
+        conda:
+            CONDA_ENV
         input:
             sorted({os.path.join(PUBLISHED, f) for s in TABLE_STEMS for f in PAPER_TABLES[s]}),
         output:
@@ -98,6 +102,8 @@ if TABLE_STEMS:
 
 
 rule paper_claims:
+    conda:
+        CONDA_ENV
     input:
         spec="paper/claims_spec.yaml",
         sources=CLAIM_INPUTS,
@@ -112,6 +118,8 @@ rule paper_claims:
 
 
 rule paper_book:
+    conda:
+        CONDA_ENV
     input:
         claims="paper/claims.csv",
         order="paper/templates/book.yaml",

@@ -8,6 +8,8 @@ RENDER_TARGETS.extend(
 
 
 rule published_floor_table:
+    conda:
+        CONDA_ENV
     input:
         aggregates="results/published/aggregates.json",
     output:

@@ -3,6 +3,8 @@
 
 
 rule published_aggregate:
+    conda:
+        CONDA_ENV
     input:
         rows="data/published/audit_rows.jsonl.gz",
         ablation="data/published/audit_floor_ablation.json",

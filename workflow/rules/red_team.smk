@@ -14,6 +14,8 @@ for _s in RED_TEAM_SUITES:
 
 
 rule red_team_table:
+    conda:
+        CONDA_ENV
     input:
         rows="results/{suite}/rows.parquet",
         loose="results/{suite}/loose.parquet",

@@ -11,6 +11,8 @@ def _suite_files(suite):
 
 
 rule red_team:
+    conda:
+        CONDA_ENV
     input:
         _suite_files("red_team"),
     output:
@@ -30,6 +32,8 @@ rule red_team:
 
 
 rule positive_control:
+    conda:
+        CONDA_ENV
     input:
         _suite_files("positive_control"),
     output:

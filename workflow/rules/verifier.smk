@@ -11,6 +11,8 @@ if os.path.exists(os.path.join(workflow.basedir, "results/verifier/calibration.p
 
 
 rule verifier_calibration_table:
+    conda:
+        CONDA_ENV
     input:
         rows="results/verifier/calibration.parquet",
     output:

@@ -5,6 +5,8 @@
 
 
 rule verifier_calibration:
+    conda:
+        CONDA_ENV
     input:
         fixtures="src/lethe/verifier/fixtures.py",
         gates="src/lethe/verifier/gates.py",
