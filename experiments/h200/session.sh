@@ -16,8 +16,8 @@ for step in ${steps//,/ }; do
   case $step in
     pc) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites positive_control > $OUT/r/pc.log 2>&1 ;;
     rt) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites red_team > $OUT/r/rt.log 2>&1 ;;
-    sakana) timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --limit ${SAKANA_LIMIT:-34} \
-              --workers 16 --scaling 1,2,4 --scaling-kernels 8 > $OUT/r/sakana.log 2>&1 ;;
+    sakana) timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --limit ${SAKANA_LIMIT:-34} --budget-s ${SAKANA_BUDGET:-0} \
+              --workers 16 --scaling ${SAKANA_SCALING:-1,2,4} --scaling-kernels ${SAKANA_SCALING_KERNELS:-8} > $OUT/r/sakana.log 2>&1 ;;
     fla) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
