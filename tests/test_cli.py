@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "verifier"))
-from conftest import inprocess_runner  # noqa: E402
-
 from lethe import cli  # noqa: E402
 from lethe.verifier import api  # noqa: E402
 from lethe.verifier import fixtures as K  # noqa: E402
+from lethe.verifier.testing import inprocess_runner  # noqa: E402
 
 
 @pytest.fixture

@@ -7,12 +7,12 @@ import json
 
 import numpy as np
 import pytest
-from conftest import kb_allclose, kb_grad_allclose
 
 from lethe.verifier import fixtures as K
 from lethe.verifier import gates as G
 from lethe.verifier import profiles
 from lethe.verifier.api import verdict
+from lethe.verifier.testing import kb_allclose, kb_grad_allclose
 
 _ROWS: dict = {}
 
@@ -149,9 +149,9 @@ def test_res01_dtype(row):
     assert "dtype" in bad["gates"]["RES-01"]["reason"]
 
 
-def _res_bundle(reports):
+def _res_bundle(reports, profile="strict"):
     return G.Bundle(ref={"probes": []}, ref_arrays={}, cand={"resources": reports}, cand_arrays={},
-                    profile=profiles.get("strict"), seed=3, device="cuda")
+                    profile=profiles.get(profile), seed=3, device="cuda")
 
 
 def test_res02_hardware_limits_pure():
@@ -166,6 +166,19 @@ def test_res02_hardware_limits_pure():
     tmem = dict(base, target="sm_100a", tmem_columns=1024)
     assert G.res_02(_res_bundle([tmem])).status == "fail"
     assert G.res_02(_res_bundle([])).status == "na"
+
+
+def test_res02_spills_are_charged_under_strict_only():
+    """The contract lists local-memory spill; strict allows none, the other profiles only report it
+    (red_team/res02_matmul_wide_acc_triton compiles to 255 registers and 11 KB of spill on sm_90a)."""
+    pytest.importorskip("lethe.aot.limits")
+    spilling = {"target": "sm_90a", "kernel": "k", "registers": 255, "shared_bytes": 147456, "tmem_columns": 0,
+                "spill_bytes": 11000, "num_warps": 4, "num_stages": 2}
+    strict = G.res_02(_res_bundle([spilling]))
+    assert strict.status == "fail" and "spill" in strict.reason
+    for other in ("cuda-default", "fast-math"):
+        assert G.res_02(_res_bundle([spilling], other)).status == "pass"
+    assert G.res_02(_res_bundle([dict(spilling, spill_bytes=0)])).status == "pass"
 
 
 def test_compare_nonfinite_semantics():
@@ -200,9 +213,8 @@ def test_calibration_registry(row, case):
 
 def test_profiles_share_one_run():
     """verify_profiles grades the same two process runs under every profile (the gates are pure)."""
-    from conftest import inprocess_runner
-
     from lethe.verifier import api
+    from lethe.verifier.testing import inprocess_runner
 
     rows = api.verify_profiles(K.SCALE_REF, K.SCALE_FTZ, profiles=["strict", "cuda-default", "fast-math"],
                                device="cpu", seed=7, runner=inprocess_runner)

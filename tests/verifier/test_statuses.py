@@ -31,7 +31,7 @@ def test_ref_broken(verify_local):
 def test_reference_runs_before_candidate(monkeypatch):
     """The reference process is started (and finished) before the candidate process, and the candidate's
     payload carries no reference output."""
-    from conftest import inprocess_runner
+    from lethe.verifier.testing import inprocess_runner
 
     calls = []
 
@@ -47,7 +47,7 @@ def test_reference_runs_before_candidate(monkeypatch):
 
 
 def test_reference_is_cached_per_input_set():
-    from conftest import inprocess_runner
+    from lethe.verifier.testing import inprocess_runner
 
     n = []
 

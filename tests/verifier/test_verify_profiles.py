@@ -1,12 +1,9 @@
 """One candidate run graded under several profiles gives the rows that separate runs would give."""
 
-import conftest  # tests/verifier/conftest.py (pytest puts this folder on sys.path)
-
 from lethe.verifier import fixtures as F
 from lethe.verifier import records
 from lethe.verifier.api import verify, verify_profiles
-
-inprocess_runner = conftest.inprocess_runner
+from lethe.verifier.testing import inprocess_runner
 
 PROFILES = ("strict", "cuda-default", "fast-math")
 

@@ -110,3 +110,9 @@ def test_every_rule_names_the_project_environment():
     for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
         text = path.read_text()
         assert add_envs(text) == text, f"{path.name}: a rule lacks `conda: CONDA_ENV` (run tools/add_rule_envs.py)"
+
+
+def test_test_file_basenames_are_unique():
+    """pytest's default import mode needs unique basenames across test folders (conftest.py excepted)."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)

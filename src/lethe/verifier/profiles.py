@@ -22,6 +22,8 @@ class Profile:
     allow_nan_nonpropagation: bool
     # ORD-02: must five repeats be byte-identical (True) or only within the ORD-01 bound of each other?
     bitwise_determinism: bool
+    # RES-02: the most local-memory spill (bytes per thread) a compiled kernel may have; None = reported only.
+    max_spill_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,8 @@ class Strict(Profile):
     allow_ftz: bool = False
     allow_nan_nonpropagation: bool = False
     bitwise_determinism: bool = True
+    # The contract lists local-memory spill among the hardware limits: under strict a kernel must not spill.
+    max_spill_bytes: int | None = 0
 
 
 @dataclass(frozen=True)
