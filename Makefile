@@ -19,8 +19,13 @@ setup: $(BIN)/lethe
 reproduce: setup
 	$(BIN)/snakemake --cores all
 
+# Two pytest processes: Triton's CPU interpreter and its real (ahead-of-time) compiler cannot share one process
+# (after either has run, the other fails inside Triton), so the AOT tests run on their own.
+AOT_TESTS := tests/aot tests/kernels/gdn_native
+
 test: setup
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu" tests
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu" tests $(addprefix --ignore=,$(AOT_TESTS))
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -m "not gpu" $(AOT_TESTS)
 
 lint: setup
 	$(BIN)/ruff check src tests kernels workflow/scripts

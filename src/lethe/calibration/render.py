@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from lethe.calibration.sweep import THIN
-from lethe.render import PALETTE, PUBLISHED_TAG, Column, new_figure, render_table, save_figure, style
+from lethe.render import Column, render_table
+from lethe.render.style import PALETTE, PUBLISHED_TAG, new_figure, save_figure, style
 
 SCI = "{:.2e}"
 RATIO = "{:,.1f}"

@@ -3,7 +3,10 @@ the claims ledger (``paper/claims.csv``) and the results book (``paper/book.md``
 
 Public API for other stages (documented in ``docs/rendering.md``)::
 
-    from lethe.render import render_table, Column, save_figure, style, new_figure, PALETTE, PUBLISHED_TAG
+    from lethe.render import render_table, Column
+    from lethe.render.style import save_figure, style, new_figure, PALETTE, PUBLISHED_TAG
+
+(`style` must come from lethe.render.style: once that submodule is imported, `lethe.render.style` is the module.)
 
 Names are resolved lazily so that a stage rendering only tables does not pay for importing matplotlib.
 """
