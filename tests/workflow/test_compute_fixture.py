@@ -1,5 +1,6 @@
 """The small test configuration (.test/config.yaml) end to end: Snakemake in compute mode audits the fixture
-corpus with the real verifier on the CPU, in a temporary copy of the workflow (committed results untouched)."""
+corpus with the real verifier on the CPU and builds the KernelBench differential from the same kernels, in a
+temporary copy of the workflow (committed results untouched)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def test_fixture_audit_end_to_end_with_the_real_verifier(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1")
     out = subprocess.run(
         [sys.executable, "-m", "snakemake", "--cores", "2", "--configfile", ".test/config.yaml", "--",
-         "results/audit/fixture/aggregates.json"],
+         "results/audit/fixture/aggregates.json", "results/differential/fixture/differential.json"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3000,
     )
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
@@ -44,3 +45,6 @@ def test_fixture_audit_end_to_end_with_the_real_verifier(tmp_path):
     gated = [r for r in rows if r["status"] == "gated"]
     assert gated and all(len(r["gates"]) == 12 for r in gated)
     assert (tmp_path / "results/audit/fixture/provenance.json").exists()
+    diff = json.loads((tmp_path / "results/differential/fixture/differential.json").read_text())
+    text = json.dumps(diff)
+    assert "paper" in text and "hardened" in text, "both KernelBench variants must be tabulated"

@@ -76,3 +76,18 @@ rule audit_gather:
         f"logs/audit/{AUDIT_CORPUS}/gather.log",
     script:
         "../scripts/audit_gather.py"
+
+
+rule audit_kernels:
+    conda:
+        CONDA_ENV
+    input:
+        corpus=AUDIT_CORPUS_FILE,
+    output:
+        f"results/audit/{AUDIT_CORPUS}/kernels.parquet",
+    params:
+        corpus=AUDIT_CORPUS,
+    log:
+        f"logs/audit/{AUDIT_CORPUS}/kernels.log",
+    script:
+        "../scripts/audit_kernels.py"
