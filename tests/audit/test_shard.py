@@ -182,3 +182,17 @@ def test_a_hung_verifier_does_not_block_exit(tmp_path):
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert time.monotonic() - t0 < 60
+
+
+def test_rows_graded_by_other_verifier_code_are_redone():
+    import json
+
+    from lethe.verifier.api import code_digest
+
+    item = {"id": "1", "reference": "r", "candidate": "c"}
+    base = {"id": "1", "seed": 0, "device": "cpu", "sources": json.dumps(S.item_sources(item))}
+    same = dict(base, environment=json.dumps({"verifier_code": code_digest()}))
+    other = dict(base, environment=json.dumps({"verifier_code": "0" * 16}))
+    assert S.still_valid(same, S.item_sources(item), seed=0, device="cpu")
+    assert not S.still_valid(other, S.item_sources(item), seed=0, device="cpu")
+    assert S.still_valid(base, S.item_sources(item), seed=0, device="cpu")  # no digest recorded: sources decide

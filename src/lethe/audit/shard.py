@@ -114,7 +114,7 @@ def item_sources(item: Mapping[str, Any]) -> dict[str, str]:
 
 
 def still_valid(row: Mapping[str, Any], sources: Mapping[str, str], *, seed: int, device: str) -> bool:
-    """True when a checkpointed row was produced for the same reference, candidate, seed and device.
+    """True when a checkpointed row was produced for the same reference, candidate, seed, device and verifier code.
 
     Resuming by id alone would keep a stale verdict after the corpus or the seed changed; the row's own
     ``sources`` hashes say which kernel it judged.
@@ -127,7 +127,23 @@ def still_valid(row: Mapping[str, Any], sources: Mapping[str, str], *, seed: int
         return False
     if int(row.get("seed", -1)) != int(seed):
         return False
+    if not _same_verifier_code(row):
+        return False
     return device == "auto" or row.get("device") in (device, "", None)
+
+
+def _same_verifier_code(row: Mapping[str, Any]) -> bool:
+    """A row graded by other verifier code is stale (the gates or tolerances may have changed since). Rows
+    without a recorded digest (stand-in verifiers, harness errors) are judged by sources and seed alone."""
+    try:
+        recorded = json.loads(row.get("environment") or "{}").get("verifier_code")
+    except (TypeError, ValueError, AttributeError):
+        return True
+    if not recorded:
+        return True
+    from lethe.verifier.api import code_digest
+
+    return recorded == code_digest()
 
 
 def run_shard(

@@ -44,12 +44,24 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def code_digest() -> str:
+    """SHA-256 over the verifier's own sources (gates, probes, tolerances, reference, worker...): two rows with
+    the same digest were graded by the same code, so a resumed audit may reuse one (lethe.audit.shard)."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 def environment(device: str) -> dict:
-    """What makes a row reproducible: library versions, device, plan and tolerance versions (no host, no time)."""
+    """What makes a row reproducible: library versions, device, plan and tolerance versions, the verifier's code
+    digest (no host, no time)."""
     from lethe.provenance import gpu_info, library_versions
 
     env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
-           "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION}
+           "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
+           "verifier_code": code_digest()}
     if device == "cuda":
         info = gpu_info()
         env["gpu"] = {k: info.get(k) for k in ("gpu", "capability", "cuda_runtime")}
