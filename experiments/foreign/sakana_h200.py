@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -23,6 +22,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from lethe import provenance  # noqa: E402
 from lethe.corpora import sakana  # noqa: E402
+from lethe.foreign.second_corpus import throughput as summarise_seconds  # noqa: E402
 
 SUBSET = ROOT / "data" / "sakana_subset" / "subset.jsonl"
 
@@ -41,13 +41,8 @@ def _compile_one(item_id: str, cand_src: str, ext_dir: str) -> dict:
                 "error": f"{type(exc).__name__}: {exc}"[-1500:]}
 
 
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+def _rounded(t: dict) -> dict:
+    return {k: round(t[k], 3) if t[k] is not None else None for k in ("median", "p90")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -177,10 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     throughput = {
         "device": device,
         "kernels_timed": len(secs),
-        "per_kernel_s": {"median": round(statistics.median(secs), 3) if secs else None,
-                         "p90": round(percentile(secs, 0.9), 3) if secs else None},
-        "compile_s": {"median": round(statistics.median(comp), 3) if comp else None,
-                      "p90": round(percentile(comp, 0.9), 3) if comp else None,
+        "per_kernel_s": _rounded(summarise_seconds(secs)),
+        "compile_s": {**_rounded(summarise_seconds(comp)),
                       "wall_parallel": round(compile_wall, 3), "workers": args.workers},
         "scaling": scaling,
         "note": "per-kernel seconds = one verify_profiles() call: every profile graded from one candidate run "
