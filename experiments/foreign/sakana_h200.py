@@ -4,7 +4,13 @@ paper-era check beside it, per-kernel throughput and shard scaling.
 Correctness comes first (every row is a verdict); timing is wall clock per kernel as the audit sees it, with
 compilation measured separately in its own phase (the extension cache is then shared, keyed by source hash).
 
-    python3 experiments/foreign/sakana_h200.py --out $OUT/foreign [--limit N] [--workers 16]
+    python3 experiments/foreign/sakana_h200.py --out $OUT/foreign [--levels 1,2] [--limit N] [--workers 16] \
+        [--work DIR] [--phases compile,audit,kb,scaling]
+
+Resumable: builds live in --work (default --out) and audited rows are appended to
+<work>/rows.checkpoint.jsonl; a re-run skips kernels already built or audited, so the experiment can be spread
+over several device calls on one warm machine. Every kernel's wall clock is split into phases (reference,
+candidate process, grading) in timings.jsonl.
 """
 
 from __future__ import annotations
@@ -48,7 +54,10 @@ def _rounded(t: dict) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", required=True)
-    ap.add_argument("--limit", type=int, default=0, help="audit only the first N rows (0 = all)")
+    ap.add_argument("--limit", type=int, default=0, help="audit only the first N selected rows (0 = all)")
+    ap.add_argument("--levels", default="1,2,3", help="KernelBench levels to take from the slice")
+    ap.add_argument("--work", default="", help="persistent build/checkpoint directory (default: --out)")
+    ap.add_argument("--phases", default="compile,audit,kb,scaling")
     ap.add_argument("--workers", type=int, default=16, help="parallel compile processes")
     ap.add_argument("--profiles", default="strict,cuda-default,fast-math")
     ap.add_argument("--scaling", default="1,2,4", help="concurrent shards for the scaling measurement")
@@ -66,7 +75,10 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    ext_dir = str(out / "torch_extensions")
+    work = Path(args.work or args.out)
+    work.mkdir(parents=True, exist_ok=True)
+    phases = set(args.phases.split(","))
+    ext_dir = str(work / "torch_extensions")
     os.environ["LETHE_SANDBOX_EXTENSIONS_DIR"] = ext_dir
     os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -77,18 +89,28 @@ def main(argv: list[str] | None = None) -> int:
         it = sakana.to_item(r)
         it["sakana_correct"] = str(r.get("Correct")).lower() == "true"
         it["level"] = int(r.get("Level_ID"))
-        items.append(it)
+        if str(it["level"]) in args.levels.split(","):
+            items.append(it)
     if args.limit:
         items = items[: args.limit]
     print(f"[sakana] {len(items)} rows, device={device}", flush=True)
 
-    # Phase 1: compile every candidate in parallel (16 cores), once.
+    # Phase 1: compile every candidate in parallel (16 cores), once; builds already recorded are not redone.
+    compile_log = work / "compile.jsonl"
+    done_c = {}
+    if compile_log.exists():
+        done_c = {r["id"]: r for r in map(json.loads, compile_log.read_text().splitlines()) if r.get("compiled")}
+    todo = [it for it in items if it["candidate"] and it["id"] not in done_c]
     t0 = time.perf_counter()
-    compile_rows = []
-    with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        futs = {pool.submit(_compile_one, it["id"], it["candidate"], ext_dir): it for it in items if it["candidate"]}
-        for f in as_completed(futs):
-            compile_rows.append(f.result())
+    compile_rows = [done_c[it["id"]] for it in items if it["id"] in done_c]
+    if "compile" in phases and todo:
+        with ProcessPoolExecutor(max_workers=args.workers) as pool, open(compile_log, "a", buffering=1) as clog:
+            futs = {pool.submit(_compile_one, it["id"], it["candidate"], ext_dir): it for it in todo}
+            for f in as_completed(futs):
+                c = f.result()
+                compile_rows.append(c)
+                clog.write(json.dumps(c, sort_keys=True) + "\n")
+                print(f"[compile] {c['id']}: {c['compiled']} {c['compile_seconds']:.1f}s", flush=True)
     compile_wall = time.perf_counter() - t0
     for it in items:
         if not it["candidate"]:
@@ -96,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
                                  "error": it["extract_error"] or "no candidate"})
     compiled = {c["id"]: c for c in compile_rows}
     print(f"[sakana] compile phase: {sum(c['compiled'] for c in compile_rows)}/{len(items)} built "
-          f"in {compile_wall:.1f} s wall", flush=True)
+          f"({len(todo)} this run) in {compile_wall:.1f} s wall", flush=True)
+    if "audit" not in phases and "kb" not in phases and "scaling" not in phases:
+        return 0
 
     # Is the shared build cache hit by a fresh process? (A miss would put nvcc inside every audit.)
     first = next((it for it in items if compiled.get(it["id"], {}).get("compiled")), None)
@@ -107,55 +131,76 @@ def main(argv: list[str] | None = None) -> int:
               f"{again['compile_seconds']:.2f} s (phase 1: {compiled[first['id']]['compile_seconds']:.1f} s)",
               flush=True)
     t_start = time.perf_counter()
-    ckpt = open(out / "rows.checkpoint.jsonl", "a", buffering=1)
+    ckpt_path, tim_path = work / "rows.checkpoint.jsonl", work / "timings.jsonl"
+    verdict_rows = [json.loads(x) for x in ckpt_path.read_text().splitlines()] if ckpt_path.exists() else []
+    verdict_rows = [r for r in verdict_rows if r["id"] in {it["id"] for it in items}]
+    timings = [json.loads(x) for x in tim_path.read_text().splitlines()] if tim_path.exists() else []
+    done_a = {r["id"] for r in verdict_rows}
+    ckpt, tlog = open(ckpt_path, "a", buffering=1), open(tim_path, "a", buffering=1)
 
     # Phase 2: the battery, one candidate run per kernel graded under every profile (the probe plan does not
     # depend on the profile); the reference is cached per source and seed across kernels.
-    verdict_rows = []
     profiles = args.profiles.split(",")
     for n, it in enumerate(items, 1):
-        if not it["candidate"]:
+        if "audit" not in phases:
+            break
+        if not it["candidate"] or it["id"] in done_a:
             continue
+        if not compiled.get(it["id"], {}).get("compiled"):
+            continue  # a build failure is recorded in compile.parquet; the battery has nothing to load
         if args.budget_s and time.perf_counter() - t_start > args.budget_s:
             print(f"[sakana] time budget reached after {n - 1} kernels", flush=True)
             break
+        phase_s: dict = {}
         rows_k = verify_profiles(it["reference"], it["candidate"], profiles=profiles, device=device,
                                  seed=args.seed, kernel_id=it["id"], corpus="sakana-subset",
-                                 op_class=it["op_class"], timeout_s=600)
+                                 op_class=it["op_class"], timeout_s=600, timings=phase_s)
         for row in rows_k:
             row["sakana_correct"] = it["sakana_correct"]
             row["level"] = it["level"]
             row["compiled_in_phase1"] = compiled.get(it["id"], {}).get("compiled", False)
             verdict_rows.append(row)
-        for row in rows_k:
             ckpt.write(json.dumps(row, sort_keys=True, default=str) + "\n")
         row = rows_k[0]
+        trow = {"id": it["id"], "level": it["level"], "status": row["status"], "seconds": row["seconds"],
+                "candidate_compile_s": row.get("compile_seconds"), **phase_s}
+        timings.append(trow)
+        tlog.write(json.dumps(trow, sort_keys=True) + "\n")
         fails = {r["profile"]: [g for g, v in r.get("gates", {}).items() if v["status"] in ("fail", "error")]
                  for r in rows_k}
-        print(f"[audit {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s "
-              f"(candidate compile {row.get('compile_seconds')}) fails={fails} "
-              f"{row['error'][:200]}", flush=True)
+        print(f"[audit {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s {phase_s} "
+              f"(in-process load {row.get('compile_seconds')}) fails={fails} {row['error'][:200]}", flush=True)
 
     # Phase 3: KernelBench's paper-era check beside it.
     kb_rows = []
     audited = {r["id"] for r in verdict_rows}
-    if not args.skip_kb:
-        audited = {r["id"] for r in verdict_rows}
+    kb_path = work / "kb.jsonl"
+    kb_rows = [json.loads(x) for x in kb_path.read_text().splitlines()] if kb_path.exists() else []
+    kb_done = {r["id"] for r in kb_rows}
+    if not args.skip_kb and "kb" in phases:
+        klog = open(kb_path, "a", buffering=1)
         for n, it in enumerate(items, 1):
-            if it["id"] not in audited:
+            if it["id"] not in audited or it["id"] in kb_done:
                 continue
+            if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+                print("[kb] time budget reached", flush=True)
+                break
             t1 = time.perf_counter()
             kb = check_isolated(it["reference"], it["candidate"], variant="paper", device=device, timeout_s=600)
             kb = {k: (json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v)
                   for k, v in kb.items()}
             kb.update({"id": it["id"], "seconds": round(time.perf_counter() - t1, 3)})
             kb_rows.append(kb)
+            klog.write(json.dumps(kb, sort_keys=True, default=str) + "\n")
             print(f"[kb {n}/{len(items)}] {it['id']}: {kb.get('outcome')}", flush=True)
 
     # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
     scaling = []
     subset = [it for it in items if it["candidate"] and it["id"] in audited][: args.scaling_kernels]
-    for k in [int(x) for x in args.scaling.split(",") if x]:
+    for k in [int(x) for x in args.scaling.split(",") if x and "scaling" in phases]:
+        if args.budget_s and time.perf_counter() - t_start > args.budget_s:
+            print("[scaling] time budget reached", flush=True)
+            break
         t1 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=k) as pool:
             list(pool.map(lambda it: verify(it["reference"], it["candidate"], profile="strict", device=device,
@@ -166,13 +211,21 @@ def main(argv: list[str] | None = None) -> int:
                         "kernels_per_s": round(len(subset) / wall, 4)})
         print(f"[scaling] {k} shards: {wall:.1f} s for {len(subset)} kernels", flush=True)
 
+    gated = {t["id"] for t in timings if t["status"] == "gated"}
     strict = [r for r in verdict_rows if r["profile"] == profiles[0] and r["status"] == "gated"]
     secs = [r["seconds"] for r in strict]
+    # A warm kernel found its task's reference in the cache (every slice task has many kernels): its time is
+    # what a corpus audit pays per kernel; cold ones also paid the float64 reference.
+    warm = [t["seconds"] for t in timings if t["id"] in gated and t.get("reference_s", 0) < 1.0]
+    phase_med = {k: _rounded(summarise_seconds([t[k] for t in timings if t["id"] in gated and k in t]))
+                 for k in ("reference_s", "candidate_s", "grade_s", "candidate_compile_s")}
     comp = [c["compile_seconds"] for c in compile_rows if c["compiled"]]
     throughput = {
         "device": device,
         "kernels_timed": len(secs),
         "per_kernel_s": _rounded(summarise_seconds(secs)),
+        "per_kernel_warm_reference_s": {**_rounded(summarise_seconds(warm)), "n": len(warm)},
+        "phases_s": phase_med,
         "compile_s": {**_rounded(summarise_seconds(comp)),
                       "wall_parallel": round(compile_wall, 3), "workers": args.workers},
         "scaling": scaling,
@@ -185,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     write_rows(verdict_rows, out / "rows.parquet")
     pd.DataFrame(kb_rows).to_parquet(out / "kb_rows.parquet", index=False)
     pd.DataFrame(compile_rows).sort_values("id").to_parquet(out / "compile.parquet", index=False)
+    pd.DataFrame([{**t, "slowest_probes": json.dumps(t.get("slowest_probes", []))} for t in timings]).to_parquet(
+        out / "timings.parquet", index=False)
     (out / "throughput.json").write_text(json.dumps(throughput, indent=2, sort_keys=True) + "\n")
     provenance.write(out / "provenance.json", command=" ".join([sys.executable, *sys.argv]),
                      experiment="foreign/sakana_h200", rows=len(items))

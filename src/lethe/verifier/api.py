@@ -109,15 +109,24 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                     timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
                     op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
                     constants: T.Constants = T.DEFAULT, runner=None,
-                    aot_targets: tuple[str, ...] = AOT_TARGETS) -> list[dict]:
+                    aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
     are run), so the candidate executes once and each profile grades the same recorded outputs. The row of a
     profile is identical to what ``verify(..., profile=p)`` returns, except for the wall-clock ``seconds`` and
     ``compile_seconds`` (``records.deterministic_view``).
+
+    ``timings``, when given, receives wall-clock seconds per phase (reference, candidate, aot, grade; the
+    reference phase is ~0 on a cache hit): diagnostics for throughput work, never part of a row.
     """
     t0 = time.perf_counter()
+    phase = timings if timings is not None else {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        phase[name] = round(now - since, 3)
+        return now
     profs = [PR.get(p) for p in profiles]
     dev = resolve_device(device)
     src_info = {"ref_sha256": _sha(ref_src), "cand_sha256": _sha(cand_src), **(sources or {})}
@@ -135,6 +144,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     interpret = dev == "cpu" and "triton" in cand_src
     rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
                                               interpret=interpret)
+    t1 = lap("reference_s", t0)
     if rstatus != "ok" or not rres.get("ok"):
         err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
         return finish(status="ref_broken", error=str(err)[:2000])
@@ -151,6 +161,12 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
+    t1 = lap("candidate_s", t1)
+    phase["candidate_child_s"] = round(getattr(cres, "seconds", 0.0), 3)
+    ps = (cres.result or {}).get("probe_seconds") or {}
+    phase["candidate_probes_s"] = round(sum(ps.values()), 3)
+    phase["slowest_probes"] = sorted(ps.items(), key=lambda kv: -kv[1])[:3]
+    phase["candidate_load_s"] = round((cres.result or {}).get("load_seconds", 0.0) or 0.0, 3)
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":
@@ -172,18 +188,21 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     if aot_targets and "triton" in cand_src and (not only_gates or "RES-02" in only_gates):
         cand["resources"] = list(cand.get("resources") or []) + _aot_pass(
             cand_src, rres, send, seed, aot_targets, timeout_s, memory_mb, runner, cand)
+        t1 = lap("aot_s", t1)
 
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
                    for p in cand.get("probes", {}).values() if isinstance(p, dict))
     rows = []
+    memo: dict = {}
     for prof in profs:
         bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
-                          seed=int(seed), device=dev, constants=constants)
+                          seed=int(seed), device=dev, constants=constants, memo=memo)
         results = G.grade(bundle, only=only_gates)
         rows.append(R.make_row(**base, profile=prof.name, seconds=round(time.perf_counter() - t0, 3),
                                status="gated", gates={g: r.to_row() for g, r in results.items()},
                                compile_seconds=round(cand.get("compile_seconds", 0), 3),
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
+    lap("grade_s", t1)
     return rows
 
 

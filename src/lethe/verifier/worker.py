@@ -125,7 +125,9 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     probes = sorted(payload["probes"], key=lambda p: order.get(p["dtype"], 3))
     current = None
     states: dict[str, dict] = {}
+    probe_seconds: dict[str, float] = {}  # diagnostics only (throughput work); no gate reads it
     for pm in probes:
+        tp = time.perf_counter()
         pid, dt = pm["id"], pm["dtype"]
         if interpret and dt == "bfloat16":
             results[pid] = {"skipped": "bf16 under the Triton interpreter is not trustworthy (pitfalls.md)"}
@@ -144,6 +146,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             results[pid] = _err(exc)
+        probe_seconds[pid] = round(time.perf_counter() - tp, 4)
 
     resources = _resources(ns) if device == "cuda" else []
     declared = ns.get("LETHE_DTYPES", getattr(ns["ModelNew"], "LETHE_DTYPES", None))
@@ -153,6 +156,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         "weights_copied": weights_copied,
         "compile_seconds": compile_s,
         "load_seconds": load_s,
+        "probe_seconds": probe_seconds,
         "probes": results,
         "resources": resources,
         "interpret": interpret,
