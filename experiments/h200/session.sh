@@ -20,12 +20,12 @@ for step in ${steps//,/ }; do
   case $step in
     pc) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites positive_control > $OUT/r/pc.log 2>&1 ;;
     rt) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites red_team > $OUT/r/rt.log 2>&1 ;;
-    sakana) mkdir -p .build/sakana
-            timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --work .build/sakana \
+    sakana) w=${SAKANA_WORK:-.build/sakana}; mkdir -p $w
+            timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --work $w \
               --levels ${SAKANA_LEVELS:-1,2} --limit ${SAKANA_LIMIT:-0} --budget-s ${SAKANA_BUDGET:-0} \
               --phases ${SAKANA_PHASES:-compile,audit,kb,scaling} --workers 16 --scaling ${SAKANA_SCALING:-1,2,4} \
               --scaling-kernels ${SAKANA_SCALING_KERNELS:-8} > $OUT/r/sakana.log 2>&1
-            cp .build/sakana/*.jsonl $OUT/r/sakana/ 2>/dev/null ;;
+            cp $w/*.jsonl $OUT/r/sakana/ 2>/dev/null ;;
     fla) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
