@@ -18,6 +18,11 @@ dS across chunks in the accumulation dtype (float32 for low-precision inputs, fl
 every chunk's WY / triangular-inverse VJP (dA = -T^T dT T^T) and the pairwise decay products are
 differentiated in parallel. With no erase (b is None: LA, GLA, SSD) A = 0, T = I and the solve is skipped.
 
+Non-finite queries: the product P delta distributes q_t over the state's terms, so an infinite q_tc would give
+inf * 0 and inf - inf = NaN where the recurrence o_t = S_t^T q_t gives +-inf. Steps whose query is not finite are
+therefore recomputed with the intra-chunk state formed first (:func:`_rows_in_state_order`); finite rows are
+untouched.
+
 Tensors inside are ``[B, H, N, C, .]`` (N chunks). Pairwise decays are formed as exp(gamma_t - gamma_s) of the
 difference, never as a ratio of two exponentials, so strong decays cannot overflow in this reference path.
 """
@@ -71,6 +76,26 @@ def _pair_bwd(dM, x, y, E):
     dy = torch.einsum("...tsk,...tk->...sk", G, x)
     Z = G * x.unsqueeze(-2) * y.unsqueeze(-3)
     return dx, dy, Z.sum(-2) - Z.sum(-3)
+
+
+def _rows_in_state_order(o, rows, qc, kc, Gam, Ei, Hs, delta):
+    """Recompute the output rows ``rows`` ([B,H,N,C] bool) as o_t = S_t^T q_t, the state formed first.
+
+    The chunked form distributes q_t over the terms of the state: (q Gamma) S_0 + P delta with
+    P_ts = sum_c q_tc k_sc exp(gamma_tc - gamma_sc). That is the same operator for finite q, but an infinite
+    q_tc then multiplies every term separately: the masked pairs s > t (decay exactly 0) and a zero initial
+    state give inf * 0 = NaN, and the terms of both signs of P delta give inf - inf = NaN. The recurrence's
+    IEEE result is +-inf (one infinite product per output, sign of q_tc * S_t[c, v]). So for the steps whose
+    query is not finite (and only those: every finite row keeps the fast form bit for bit), the intra-chunk
+    state S_t = Diag(Gamma_t) S_0 + sum_{s<=t} (k_s * exp(gamma_t - gamma_s)) delta_s^T is built from finite
+    operands and contracted with q_t last, as the recurrence does.
+    """
+    bi, hi, ni, ti = rows.nonzero(as_tuple=True)
+    kdec = kc[bi, hi, ni] * Ei[bi, hi, ni, ti]  # [R, C(s), K]; pairs s > t hold exp(-inf) = 0 times finite k
+    St = Gam[bi, hi, ni, ti].unsqueeze(-1) * Hs[bi, hi, ni] + kdec.transpose(-1, -2) @ delta[bi, hi, ni]
+    o = o.clone()
+    o[bi, hi, ni, ti] = (St * qc[bi, hi, ni, ti].unsqueeze(-1)).sum(-2)
+    return o
 
 
 def wy_intra(k, g, b, chunk: int):
@@ -132,6 +157,9 @@ def chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None)
     Hs = torch.stack(hs, dim=2)
     delta = torch.stack(deltas, dim=2)
     o = Qg @ Hs + P @ delta
+    rows = ~torch.isfinite(qc).all(-1)  # [B,H,N,C]: steps whose query holds a NaN or an infinity
+    if bool(rows.any()):
+        o = _rows_in_state_order(o, rows, qc, kc, Gam, Ei, Hs, delta)
     ctx = dict(qc=qc, kc=kc, uc=uc, vc=vc, wc=wc, bc=bc, ec=ec, gam=gam, Gam=Gam, Ei=Ei, P=P, Tm=Tm, Xe=Xe,
                Wm=Wm, Qg=Qg, Kend=Kend, GC=GC, Hs=Hs, delta=delta, scale=s, T=T, C=C, dtype=q.dtype,
                has_init=initial_state is not None)

@@ -55,3 +55,19 @@ def test_dispatch_by_size(monkeypatch):
     G.compare(small, small, "float32", 1.0, get("strict"))
     G.compare(big, big, "float32", 1.0, get("strict"))
     assert calls == ["numpy", "torch"]
+
+
+def test_value_tol_large_path_is_bit_identical():
+    import math
+
+    from lethe.verifier import tolerance as T
+
+    rng = np.random.default_rng(0)
+    r = rng.standard_normal((600, 600)) * 1e3
+    r.flat[3], r.flat[5] = np.inf, np.nan
+    c = T.DEFAULT
+    m = np.where(np.isfinite(np.abs(r)), np.abs(r), 0.0) + T.output_scale(r)
+    want = (c.REL_K * T.EPS["float32"] * m + c.ORD_K * T.acc_eps("float32") * math.sqrt(4099) * m
+            + c.SUB_K * 4099 * T.DENORM["float32"])
+    assert r.size >= 1 << 18
+    assert np.array_equal(T.value_tol(r, "float32", 4099), want)

@@ -106,11 +106,36 @@ _ARGS = {arg_spec}
 _EXT = None
 
 
+def _prebuilt(name):
+    # A build of exactly this source already in the shared extension cache (the name is the source's hash):
+    # load the binary instead of asking torch to re-check the build, and say on stderr which path was taken.
+    import importlib.machinery
+    import importlib.util
+    import os
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    so = os.path.join(root, name, name + ".so") if root else ""
+    if not so or not os.path.exists(so):
+        return None
+    loader = importlib.machinery.ExtensionFileLoader(name, so)
+    spec = importlib.util.spec_from_file_location(name, so, loader=loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
 def _ext():
     global _EXT
     if _EXT is None:
-        _EXT = _load_inline(name={ext_name!r}, cpp_sources=_CPP_DECL, cuda_sources=_CUDA_SRC,
-                            functions=[{fn!r}], verbose=False)
+        import sys
+        import time
+        t0 = time.perf_counter()
+        _EXT = _prebuilt({ext_name!r})
+        how = "prebuilt"
+        if _EXT is None:
+            how = "load_inline"
+            _EXT = _load_inline(name={ext_name!r}, cpp_sources=_CPP_DECL, cuda_sources=_CUDA_SRC,
+                                functions=[{fn!r}], verbose=False)
+        print(f"[lethe-ext] {ext_name} via {{how}} in {{time.perf_counter() - t0:.2f}} s", file=sys.stderr)
     return _EXT
 
 

@@ -167,6 +167,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     phase["candidate_probes_s"] = round(sum(ps.values()), 3)
     phase["slowest_probes"] = sorted(ps.items(), key=lambda kv: -kv[1])[:3]
     phase["candidate_load_s"] = round((cres.result or {}).get("load_seconds", 0.0) or 0.0, 3)
+    phase["candidate_stderr_tail"] = (getattr(cres, "stderr_tail", "") or "")[-400:]
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":

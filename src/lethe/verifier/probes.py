@@ -14,6 +14,7 @@ variant it cannot run is "na" for its gate, never a candidate failure.
 
 from __future__ import annotations
 
+import math
 import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -22,7 +23,7 @@ import torch
 
 from lethe.verifier import tolerance as tol
 
-PLAN_VERSION = "lethe.plan/1"
+PLAN_VERSION = "lethe.plan/2"  # /2: the ORD-03 "offset" probe
 NUMEL_CAP = 1 << 21  # elements per input tensor in any variant: keeps float64 reference runs in seconds
 # The Triton CPU interpreter runs every program of the grid in Python: variants that multiply the grid by
 # thousands would take minutes per probe, so a plan built for the interpreter caps the variants harder.
@@ -31,6 +32,12 @@ MAX_SHAPE_VARIANTS = 6
 MAX_LONG_VARIANTS = 3
 LONG_LEN = 4099  # a prime > 4096: fp16 running totals stall at 2048, bf16 at 256 (PRC-02)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+# ORD-03 "offset" probe (see offset_values / offset_condition): rows M + u, u uniform in [-1, 1).
+OFFSET = 2.0**12  # M: (M/std(u))^2 * eps32 = 6 >> 1, so E[x^2] - E[x]^2 in fp32 is all rounding; M^2 << FMAX
+OFFSET_DRAWS = 4  # eps-relative perturbations the reference is re-run on to measure its own sensitivity
+# Shift invariance: |f(M + u) - f(u)| <= OFFSET_INVARIANCE_RTOL * (RMS of f(u)) in float64. Far above float64's
+# rounding at this condition (~eps64 * M/std ~ 1e-12) and far below any real dependence on the offset.
+OFFSET_INVARIANCE_RTOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
         Probe("grad", "rand", ("CMP-02",), action="backward", draw=0),
         Probe("ord01", "positive", ("ORD-01",)),
         Probe("cancel", "cancel", ("ORD-03",)),
+        Probe("offset", "offset", ("ORD-03",)),
         Probe("prc_fp16", "rand", ("PRC-01", "RES-01"), dtype="float16", draw=0),
         Probe("prc_bf16", "rand", ("PRC-01", "RES-01"), dtype="bfloat16", draw=0),
         Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16"),
@@ -230,6 +238,10 @@ def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
             # would multiply B by B and test dynamic range instead of order.
             y = cancellation_values(shape, gen, d) if first_float else torch.rand(shape, generator=gen,
                                                                                    dtype=torch.float64) + 0.5
+        elif k == "offset":
+            # Only the first floating input is offset (the operand a normalisation centres); the others keep
+            # the reference's own draw (affine weights, a second operand): they are valid inputs by definition.
+            y = offset_values(shape, gen) if first_float else x.to(torch.float64)
         elif k == "nonfinite":
             y = torch.randn(shape, generator=gen, dtype=torch.float64)
             if first_float and y.numel() > 0:
@@ -260,3 +272,108 @@ def cancellation_values(shape, gen: torch.Generator, dtype: str) -> torch.Tensor
     y[..., 0] = big
     y[..., -1] = -big
     return y
+
+
+def offset_values(shape, gen: torch.Generator) -> torch.Tensor:
+    """ORD-03 offset rows: M + u with M = OFFSET = 2^12 and u uniform in [-1, 1) (std 0.58), float64.
+
+    A row whose mean is large against its spread is the input on which the one-pass variance E[x^2] - E[x]^2
+    cancels catastrophically: in fp32, E[x^2] ~ 2^24 is rounded to a multiple of ulp(2^24) = 2 while the
+    variance is 1/3. Operators that centre their input (two-pass or Welford variance, max-subtracted softmax)
+    are unaffected beyond the condition of the problem, which the reference measures (:func:`offset_condition`).
+    M stays far from overflow: M^2 * N < 2^45 for N < 2^21, and the fp32 ulp of M (2^-11) still resolves u.
+    """
+    return OFFSET + (torch.rand(shape, generator=gen, dtype=torch.float64) * 2.0 - 1.0)
+
+
+def offset_condition(run, x64: list[Any], outs: list[torch.Tensor], probe: Probe, seed: int) -> dict:
+    """Applicability and conditioning of the ORD-03 offset probe, measured on the float64 reference.
+
+    ``run(*inputs)`` returns the reference's flattened outputs; ``x64`` are the probe inputs in float64 (the first
+    floating one offset by OFFSET) and ``outs`` the reference's outputs on them. Pure in (reference, probe, seed).
+
+    1. Applicability: the probe is meaningful only for an operator that is invariant to the offset, i.e. one whose
+       reduction centres or normalises its input (layer/batch/group/instance norm, softmax, log-softmax,
+       cross-entropy, variance). There the offset changes nothing mathematically and only exposes algorithms that
+       are not backward stable. For any other operator (a sum, a matmul, a scan, attention's Q) the output scales
+       with M, and the cancellation probe already covers its order. The reference is run once more on the input
+       with the offset removed; the probe applies when every output agrees within OFFSET_INVARIANCE_RTOL (integer
+       outputs exactly). ``{"applies": False, "reason": ...}`` otherwise (the probe is then "na").
+    2. Sensitivity (:func:`eps_sensitivity`): the reference is re-run on OFFSET_DRAWS inputs perturbed
+       elementwise by one relative eps of the probe dtype, with signs drawn from this probe's own generator.
+       ``sens[k]`` = max over draws of |f(x') - f(x)| for floating output k (None otherwise);
+       tolerance.ord03_offset_bound turns it into the bound.
+    """
+    def clone(xs):
+        return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+    first = next((j for j, x in enumerate(x64) if isinstance(x, torch.Tensor) and x.is_floating_point()), None)
+    if first is None:
+        return {"applies": False, "reason": "offset probe: no floating input to offset"}
+    floats = [o.is_floating_point() for o in outs]
+    if not any(floats):
+        return {"applies": False, "reason": "offset probe: no floating output to grade"}
+    centred = clone(x64)
+    centred[first] = centred[first] - OFFSET  # exact: the fp32-rounded values are representable after the shift
+    with torch.no_grad():
+        back = [o.detach() for o in run(*centred)]
+    dev = 0.0
+    if len(back) != len(outs) or any(a.shape != b.shape or a.dtype != b.dtype
+                                     for a, b in zip(back, outs, strict=True)):
+        return {"applies": False, "reason": "offset probe: removing the offset changes the outputs' shapes"}
+    for a, b, fl in zip(outs, back, floats, strict=True):
+        if not fl:
+            if not torch.equal(a, b):
+                return {"applies": False, "reason": "offset probe: an integer output depends on the offset"}
+            continue
+        scale = float(b.pow(2).mean().sqrt()) if b.numel() else 0.0
+        diff = (a - b).abs()
+        d = float(diff.max()) if diff.numel() else 0.0
+        if not math.isfinite(d) or not math.isfinite(scale):
+            return {"applies": False, "reason": "offset probe: the reference is not finite on offset or centred rows"}
+        rel = d / scale if scale > 0 else (0.0 if d == 0 else math.inf)
+        dev = max(dev, rel)
+    if dev > OFFSET_INVARIANCE_RTOL:
+        return {"applies": False, "invariance_dev": dev,
+                "reason": f"offset probe applies to shift-invariant operators only (output moves by {dev:.3g} "
+                          f"relative when the offset {OFFSET:g} is removed); the cancel probe covers this one"}
+    gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 2)
+    try:
+        sens = eps_sensitivity(run, x64, outs, tol.EPS[probe.dtype], gen)
+    except ValueError as exc:
+        return {"applies": False, "reason": f"offset probe: {exc}"}
+    return {"applies": True, "sens": sens, "invariance_dev": dev, "offset": OFFSET, "draws": OFFSET_DRAWS}
+
+
+def eps_sensitivity(run, x64: list[Any], outs: list[torch.Tensor], e: float, gen: torch.Generator,
+                    draws: int = OFFSET_DRAWS) -> list[torch.Tensor | None]:
+    """Per-element sensitivity of a float64 operator to relative input perturbations of size ``e``.
+
+    Every floating input x becomes x * (1 + e * d), d in {-1, +1}^shape from ``gen``; the result for floating
+    output k is max over ``draws`` draws of |f(x') - f(x)| (None for other outputs). Random signs rather than d
+    uniform in [-1, 1] keep each element's own perturbation at full size, so the per-element maximum does not
+    collapse by chance. Raises ValueError when a perturbed input changes the output shapes or makes an output
+    non-finite (no finite sensitivity to report).
+    """
+    floats = [o.is_floating_point() for o in outs]
+    sens = [torch.zeros_like(o) if fl else None for o, fl in zip(outs, floats, strict=True)]
+    for _ in range(draws):
+        pert = []
+        for x in x64:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                d = torch.where(torch.rand(x.shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+                pert.append(x * (1.0 + e * d))
+            else:
+                pert.append(x.clone() if isinstance(x, torch.Tensor) else x)
+        with torch.no_grad():
+            po = [o.detach() for o in run(*pert)]
+        if len(po) != len(outs) or any(a.shape != b.shape for a, b in zip(po, outs, strict=True)):
+            raise ValueError("a perturbed input changes the outputs' shapes")
+        for k, fl in enumerate(floats):
+            if not fl:
+                continue
+            diff = (po[k] - outs[k]).abs()
+            if not bool(torch.isfinite(diff).all()):
+                raise ValueError("the reference is not finite on eps-perturbed inputs")
+            sens[k] = torch.maximum(sens[k], diff)
+    return sens

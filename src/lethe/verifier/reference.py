@@ -296,6 +296,19 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
                     aouts = flatten(ref(*xa))
                 meta["abs_scale"] = max((tol.output_scale(to_np(o)) for o in aouts if o.is_floating_point()),
                                         default=0.0)
+            if probe.kind == "offset":  # ORD-03: applies to shift-invariant operators; their sensitivity
+                unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]
+                cond = P.offset_condition(lambda *xs: flatten(ref(*xs)), unmutated, [o.detach() for o in outs],
+                                          probe, seed)
+                if not cond["applies"]:
+                    for j in range(len(inputs)):
+                        arrays.pop(f"p/{pid}/in{j}", None)  # never shipped to the candidate
+                    meta.update(status="na", reason=cond["reason"][:500])
+                    return meta
+                for k, sk in enumerate(cond["sens"]):
+                    if sk is not None:
+                        arrays[f"p/{pid}/sens{k}"] = to_np(sk)
+                meta["offset"] = {k: cond[k] for k in ("offset", "draws", "invariance_dev")}
     except Exception as exc:  # noqa: BLE001 - an input the reference cannot run is "na" for its gate
         meta.update(status="na", reason=f"reference raised: {type(exc).__name__}: {exc}"[:500])
         return meta

@@ -55,6 +55,9 @@ class Constants:
     ORD_K: float = 4.0   # the issue's ORD-01 bound: 4 * eps * sqrt(N) * scale
     SUB_K: float = 4.0   # gradual-underflow slack, in units of N * denorm(dtype)
     ORD03_K: float = 2.0  # cancellation probe: allow ORD03_K * eps * sqrt(N) * sum|terms| (see ord03_bound)
+    # offset probe: allow K_COND * sqrt(N) * the measured sensitivity to eps-relative input perturbations
+    # (see ord03_offset_bound): ORD_K's random-walk allowance, applied to the condition of the operator
+    K_COND: float = 4.0
     GRAD_REL_K: float = 32.0  # backward = two reductions deep (dL/dx = J^T g): a few more roundings than forward
     FD_RTOL: float = 1e-5  # float64 central differences agree with autograd to ~sqrt(eps64) * curvature
     SUBNORMAL_REL: float = 2.0**-10  # EXC-02: subnormals carry fewer bits; compare within 1/1024 of |r| + slack
@@ -113,11 +116,20 @@ def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: flo
     requires), so a half-precision kernel is not granted sqrt(N) half-precision ulps per element.
     """
     d = dtype_name(dtype)
-    r = np.abs(np.asarray(ref, dtype=np.float64))
+    k = c.REL_K if rel_k is None else rel_k
+    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), c.SUB_K * n * DENORM[d]
+    ref = np.asarray(ref, dtype=np.float64)
+    if ref.size >= (1 << 18):
+        # Same elementwise float64 operations in the same order (bit-identical), on the host's cores.
+        import torch
+
+        t = torch.from_numpy(np.ascontiguousarray(ref)).abs()
+        t = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=torch.float64)) + output_scale(ref)
+        return (a * t + b * t + z).numpy()
+    r = np.abs(ref)
     r = np.where(np.isfinite(r), r, 0.0)
     m = r + output_scale(ref)
-    k = c.REL_K if rel_k is None else rel_k
-    return k * EPS[d] * m + c.ORD_K * acc_eps(d) * math.sqrt(n) * m + c.SUB_K * n * DENORM[d]
+    return a * m + b * m + z
 
 
 def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
@@ -154,6 +166,45 @@ def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants
     r = np.abs(np.asarray(ref, dtype=np.float64))
     r = np.where(np.isfinite(r), r, 0.0)
     return c.REL_K * e * r + c.ORD03_K * e * math.sqrt(max(n, 1)) * terms_scale + c.SUB_K * n * DENORM[dtype_name(dtype)]
+
+
+
+def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-03 on the offset probe: the error may be K_COND*sqrt(N)*S_i (+ final rounding and underflow slack),
+    where S_i is the reference's own measured sensitivity to relative input perturbations of size eps.
+
+    The probe rows are x = M + u (M = probes.OFFSET = 2^12, u uniform in [-1, 1)), and it is only run for
+    operators that are invariant to that shift (layer/batch/group norm, softmax, log-softmax, variance...):
+    mathematically M does not matter, numerically it sets the condition of the problem. Every element of the fp32
+    input already carries a relative uncertainty eps, i.e. an absolute one of eps*M ~ 5e-4 against a spread of
+    ~0.6, so even the exact answer to the rounded problem moves by S_i ~ eps*M/std per element when the input
+    moves by one ulp. S_i = max over a few draws d in {-1, +1}^shape of |f(x(1 + eps d)) - f(x)|_i, measured in
+    float64 by the reference process, before any candidate exists.
+
+    Why K_COND*sqrt(N)*S_i. A backward-stable algorithm (two-pass or Welford variance, max-subtracted softmax)
+    computes the exact answer for an input perturbed by a few eps per reduction step; in the random-walk model
+    used throughout this module those perturbations add up to ~eps*sqrt(N) relative per element, whose effect on
+    the output is sqrt(N)*S_i (S_i being the effect of one eps). K_COND = ORD_K = 4 leaves the worst honest
+    order measured (one serial fp32 Welford loop per row, whose running mean's rounding error walks like
+    sqrt(N)) at err/tol <= 0.13 for N = 256..4096, a serial two-pass at <= 0.07 and torch's layer norm at
+    <= 0.02 (tests/verifier/test_ord03_offset.py). The one-pass variance E[x^2] - E[x]^2 is not backward
+    stable: E[x^2] ~ M^2 = 2^24 is rounded to a multiple of ulp(2^24) = 2 while the variance is 1/3, so its
+    error is ~(M/std)^2 * eps relative and err/tol is 1.5e3..6.6e3 at N = 256..4096. The bound
+    scales with the operator's own condition, so it needs no per-operator constant: softmax, whose outputs move
+    by eps*M*y_i, gets a bound as loose as its problem is ill-conditioned, and a layer norm gets one about
+    K_COND*sqrt(N)*eps*M/std relative.
+
+    The final-rounding term uses m_i = |r_i| + S as in :func:`value_tol` (outputs near zero keep a non-zero
+    floor); a non-finite sensitivity is treated as 0 (the invariance check in the reference already rejects
+    operators that overflow on the probe).
+    """
+    d = dtype_name(dtype)
+    r = np.abs(np.asarray(ref, dtype=np.float64))
+    r = np.where(np.isfinite(r), r, 0.0)
+    s = np.abs(np.asarray(sens, dtype=np.float64))
+    s = np.where(np.isfinite(s), s, 0.0)
+    m = r + output_scale(ref)
+    return c.REL_K * EPS[d] * m + c.K_COND * math.sqrt(max(n, 1)) * s + c.SUB_K * n * DENORM[d]
 
 
 def as_dict(c: Constants = DEFAULT) -> dict:

@@ -101,3 +101,36 @@ def test_chunk_family_initial_and_final_state_grads(backend):
     grads = torch.autograd.grad((o * do.to(dt)).sum() + (S * dS.to(S.dtype)).sum(), ins)
     for name, a, r in zip(("dq", "dk", "dv", "dg", "db", "dw", "dS0"), grads, ref_grads, strict=True):
         assert rel_err(a, r) < tol, name
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("with_init", [False, True])
+def test_chunked_nonfinite_query_lands_like_the_recurrence(dtype, with_init):
+    """NaN and +-inf in q give exactly the recurrence's non-finite pattern (o_t = S_t^T q_t: one infinite product
+    per output, so +-inf with the sign of q_tc * S_t[c, v]), not the NaN of inf * 0 and inf - inf that the
+    distributed form (q Gamma) S_0 + P delta produces. Every finite output row is bit-identical to the run with
+    the non-finite steps' queries set to zero (those rows do not read them)."""
+    q, k, v, g, b, w, _ = make_inputs(T=40, K=16, V=16)
+    S0 = torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(3), dtype=torch.float64) if with_init \
+        else None
+    # chunk 16: t=0 (first step, zero initial state when with_init is False), t=19 (inside chunk 1), t=39 (padded tail)
+    spots = [(0, 1, 3, float("inf")), (19, 0, 7, float("-inf")), (39, 1, 0, float("inf")), (25, 0, 2, float("nan"))]
+    qb = q.clone()
+    for t, h, c, val in spots:
+        qb[0, t, h, c] = val
+    o_ref, _ = R.recurrent_gdn(qb, k, v, g, b, w, initial_state=S0)
+    cast = [x.to(dtype) for x in (qb, k, v, g, b, w)]
+    o, _, _ = chunked.chunk_fwd(*cast, chunk=16, initial_state=None if S0 is None else S0.to(dtype))
+    o, o_ref = o.double(), o_ref
+    for f in (torch.isnan, torch.isposinf, torch.isneginf):
+        assert torch.equal(f(o), f(o_ref)), f.__name__
+    assert int((~torch.isfinite(o_ref)).sum()) == 4 * 16  # every output of the four poisoned (step, head) rows
+    fin = torch.isfinite(o_ref)
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    assert float((o[fin] - o_ref[fin]).abs().max() / o_ref[fin].abs().max()) < tol
+    q0 = qb.clone()
+    q0[~torch.isfinite(q0)] = 0.0
+    o0, _, _ = chunked.chunk_fwd(*([q0.to(dtype)] + cast[1:]), chunk=16,
+                                 initial_state=None if S0 is None else S0.to(dtype))
+    rows = torch.isfinite(o_ref).all(-1)
+    assert torch.equal(o[rows], o0.double()[rows])
