@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[kb {n}/{len(items)}] {it['id']}: {kb.get('outcome')}", flush=True)
 
     # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
-    scaling = []
+    scale_path = work / "scaling.jsonl"
+    scaling = [json.loads(x) for x in scale_path.read_text().splitlines()] if scale_path.exists() else []
     subset = [it for it in items if it["candidate"] and it["id"] in audited][: args.scaling_kernels]
     for k in [int(x) for x in args.scaling.split(",") if x and "scaling" in phases]:
         if args.budget_s and time.perf_counter() - t_start > args.budget_s:
@@ -209,6 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         wall = time.perf_counter() - t1
         scaling.append({"concurrent_shards": k, "kernels": len(subset), "wall_s": round(wall, 3),
                         "kernels_per_s": round(len(subset) / wall, 4)})
+        with open(scale_path, "a") as fh:
+            fh.write(json.dumps(scaling[-1], sort_keys=True) + "\n")
         print(f"[scaling] {k} shards: {wall:.1f} s for {len(subset)} kernels", flush=True)
 
     gated = {t["id"] for t in timings if t["status"] == "gated"}
