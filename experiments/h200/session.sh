@@ -2,6 +2,7 @@
 # One device call, several experiments in priority order, each under its own time limit; everything lands in
 # $OUT/results.tar.gz (the device returns at most 8 files) plus per-step logs.
 #   LETHE_GIT_SHA=<sha> bash experiments/h200/session.sh "pc,sakana,fla" <seconds-total>
+# flacmp (experiments/gdn/fla_compare.py, fla vs our GDN kernels) takes extra arguments from $FLACMP_ARGS.
 set -u
 steps=${1:-pc,sakana,fla}
 budget=${2:-560}
@@ -29,6 +30,9 @@ for step in ${steps//,/ }; do
     fla) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
+    flacmp) { [ -d /tmp/site/fla ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl; } \
+           && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=/tmp/lethe-flacmp-triton-cache timeout $((t-10)) \
+              python3 experiments/gdn/fla_compare.py --out $OUT/r/flacmp --budget-s $((t-40)) ${FLACMP_ARGS:-} > $OUT/r/flacmp.log 2>&1 ;;
   esac
   echo "   rc=$? after $(( $(date +%s) - start )) s"; tail -n 4 $OUT/r/*.log 2>/dev/null | tail -n 8
 done

@@ -23,6 +23,19 @@ from .triton_fwd import from_internal, to_internal
 # So where the other stages use 3xTF32, this one falls back to TF32 (float32 accumulation either way).
 INTRA_PRECISION = {"tf32x3": "tf32"}
 
+# Launch configuration ("BV" an upper bound), from ahead-of-time compiles for sm_90a at d_k = 128, chunk 64,
+# d_v in {64, 128} (experiments/gdn/triton_aot.py; docs/gdn.md §7). num_stages=1 is what makes these fit: with
+# Triton's default num_stages=3, state_bwd_kernel at BV=64, 4 warps asks for 394,240 B of shared memory (IEEE
+# dots) or 443,392 B (TF32) against the 232,448 B limit -- the OutOfResources experiments/native/bench.py hit when
+# it launched the kernel directly without num_stages (410,624 B at this wrapper's BV=32, 3xTF32, 3 stages);
+# through this wrapper it needs 131,072 B. 8 warps instead of 4 cut its spills by a third; no warp count / V-block
+# removes them (the [C, K] float32 operand tiles of the chunk step do not fit the register file at once). Same
+# V-blocks as before, so numerics are unchanged.
+BWD_LAUNCH = {
+    "state_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
+    "intra_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
+}
+
 
 @triton.jit
 def state_bwd_kernel(q_ptr, k_ptr, gam_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, DD_ptr, DS0_ptr, scale, NT: tl.constexpr,
@@ -139,7 +152,9 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     B, H, TP, K = qi.shape
     V = ctx["ui"].shape[-1]
     C, NT, T, s, prec = ctx["C"], ctx["NT"], ctx["T"], ctx["scale"], ctx["prec"]
-    BV = min(V, 32)  # the reverse scan holds more tiles than the forward one: narrower V-blocks
+    BV = min(V, BWD_LAUNCH["state_bwd_kernel"]["BV"])  # the reverse scan holds more tiles than the forward one
+    BVi = min(V, BWD_LAUNCH["intra_bwd_kernel"]["BV"])
+    launch = lambda name: {k: BWD_LAUNCH[name][k] for k in ("num_warps", "num_stages")}  # noqa: E731
     prec_intra = INTRA_PRECISION.get(prec, prec)
     has_erase = ctx["Tm"] is not None
     doi = to_internal(do, C)
@@ -150,15 +165,15 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     W = ctx["Wi"] if has_erase else ki
     state_bwd_kernel[(B * H, V // BV)](qi, ki, gam, W, doi, dSF, dSn, dd, dS0, s, NT=NT, K=K, V=V, C=C,
                                        BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec,
-                                       num_warps=4, num_stages=1)
+                                       **launch("state_bwd_kernel"))
     dq, dk, dgam = torch.empty_like(qi), torch.empty_like(qi), torch.empty_like(qi)
     de = torch.empty_like(qi) if has_erase else None
     du = torch.empty_like(doi)
     e = ctx["ei"] if has_erase else ki
     Tm = ctx["Tm"] if has_erase else ki
     intra_bwd_kernel[(B * H, NT)](qi, ki, gam, e, ctx["ui"], Tm, ctx["Hs"], ctx["Di"], dSn, dd, doi,
-                                  dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C, BV=BV,
-                                  HAS_ERASE=has_erase, PREC=prec_intra, num_warps=8, num_stages=1)
+                                  dq, dk, de if has_erase else dq, du, dgam, s, K=K, V=V, C=C, BV=BVi,
+                                  HAS_ERASE=has_erase, PREC=prec_intra, **launch("intra_bwd_kernel"))
     ctx["bwd_intra_precision"] = prec_intra
     ctx["bwd_dSn"], ctx["bwd_ddelta"] = dSn, dd  # kept for the ladder's per-stage rung
     dg = dgam.reshape(B, H, NT, C, K).flip(-2).cumsum(-2).flip(-2).reshape(B, H, TP, K)

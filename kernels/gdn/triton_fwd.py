@@ -25,6 +25,24 @@ import triton.language as tl
 
 GAMMA_FLOOR = -80.0
 
+# Launch configuration per kernel ("BV" is an upper bound: min(V, BV) is used). Chosen from ahead-of-time compiles
+# for sm_90a at d_k = 128, chunk 64, d_v in {64, 128} (experiments/gdn/triton_aot.py; table in docs/gdn.md §7):
+# with num_stages=1 every kernel fits the H200's 232,448 B of shared memory per block. Pass it explicitly: Triton's
+# default of 3 software-pipelines the chunk loops and multiplies the shared memory (the backward's state_bwd_kernel
+# asks for 394,240-443,392 B with it). Within that, the warp count / V-block was picked for the fewest register spills. The
+# interpreter ignores num_warps, and for V <= 32 the V-blocks are what they were before: CPU numerics unchanged.
+FWD_LAUNCH = {
+    "wy_fwd_kernel": dict(num_warps=8, num_stages=1),
+    "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
+    "output_fwd_kernel": dict(BV=64, num_warps=8, num_stages=1),
+}
+
+
+def _launch(name: str) -> dict:
+    """num_warps / num_stages of ``name`` (the keyword arguments a launch passes besides the kernel's own)."""
+    cfg = FWD_LAUNCH[name]
+    return {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+
 
 @triton.jit
 def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
@@ -162,23 +180,24 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         Wi = torch.empty_like(ki)
         Ui = torch.empty_like(ui)
         wy_fwd_kernel[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision,
-                                   num_warps=4, num_stages=1)
+                                   **_launch("wy_fwd_kernel"))
     else:
         bi = ei = Tm = None
         Wi, Ui = ki, ui  # W unused when HAS_ERASE is False
-    BV = bv or min(V, 64)
+    BVs = bv or min(V, FWD_LAUNCH["state_fwd_kernel"]["BV"])
+    BV = bv or min(V, FWD_LAUNCH["output_fwd_kernel"]["BV"])
     Hs = torch.empty(B, H, NT, K, V, device=dev, dtype=torch.float32)
     Di = torch.empty_like(ui)
     SF = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
-    state_fwd_kernel[(B * H, V // BV)](ki, gam, Wi, Ui, S0, Hs, Di, SF, NT=NT, K=K, V=V, C=C, BV=BV,
-                                       HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
-                                       PREC=dot_precision, num_warps=4, num_stages=1)
+    state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, NT=NT, K=K, V=V, C=C, BV=BVs,
+                                        HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
+                                        PREC=dot_precision, **_launch("state_fwd_kernel"))
     Oi = torch.empty_like(ui)
     output_fwd_kernel[(B * H, NT, V // BV)](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV,
-                                            PREC=dot_precision, num_warps=4, num_stages=1)
+                                            PREC=dot_precision, **_launch("output_fwd_kernel"))
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=to_internal(v, C), wi=to_internal(w, C), bi=bi, ei=ei, Tm=Tm,
-               Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV,
+               Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV, BV_state=BVs,
                dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision,
                init_dtype=None if initial_state is None else initial_state.dtype)
     return from_internal(Oi, T, q.dtype), SF, ctx

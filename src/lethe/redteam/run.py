@@ -80,6 +80,9 @@ def read_loose(path: str | Path) -> list[dict]:
     return pq.read_table(Path(path)).to_pylist()
 
 
+SLOW_LAST = ("res02_matmul_huge_tiles_smem_triton",)
+
+
 def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", device: str = "cpu",
               seed: int = 20260829, only: list[str] | None = None, data_root: str | Path | None = None,
               log=print) -> dict[str, Any]:
@@ -95,13 +98,20 @@ def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", devic
     if only:
         kernels = [k for k in kernels if k.name in set(only)]
     out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     rows, loose = [], []
+    # Kernels whose checks are slow to reach a verdict (huge compiles) go last, and every finished row is
+    # appended to a JSONL log at once, so a run cut short by a time limit keeps what it measured.
+    kernels = sorted(kernels, key=lambda k: k.name in SLOW_LAST)
+    partial = open(out_dir / "rows.partial.jsonl", "w", buffering=1)
     for k in kernels:
         t0 = time.perf_counter()
         row = verify_kernel(k, profile=profile, device=device, seed=seed)
         rows.append(row)
         for variant in LOOSE_VARIANTS:
             loose.append(loose_check(k, device=device, variant=variant))
+        partial.write(json.dumps({"row": row, "loose": loose[-len(LOOSE_VARIANTS):]}, sort_keys=True,
+                                 default=str) + "\n")
         if log:
             fired = [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
             log(f"[{suite}] {k.name}: {row['status']} fired={fired} targets={list(k.targets)} "

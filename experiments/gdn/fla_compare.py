@@ -1,0 +1,1315 @@
+"""fla 0.6.0 against our Triton GDN-family path on the H200: (a) correctness, (b) backward timing.
+
+    python experiments/gdn/fla_compare.py --out $OUT/flacmp --budget-s 480        # on the H200, fla importable
+    python experiments/gdn/fla_compare.py --out /tmp/flacmp --dry-run             # CPU, no fla (plumbing)
+
+(a) Correctness, for the members fla implements, on the same rounded bf16 inputs (d_k = 128, chunk 64,
+    d_v in {64, 128}, T in {1024, 4096}, B = 1, H = 2: the ladder's inputs, experiments/gdn/ladder.py):
+    output and every input gradient of fla and of ``chunk_family(..., backend="triton")`` each against the
+    float64 oracle (kernels.gdn.reference, autograd), worst relative error per tensor max|x - ref| / max|ref|
+    (the ladder's metric), and fla against ours directly (max|fla - ours| / max|ours|).
+
+    | member | fla op | our call |
+    |---|---|---|
+    | gdn  (full per-channel) | ``fla.ops.gdn2.chunk_gdn2(q, k, v, g, b, w)`` | ``member="gdn"`` |
+    | sgdn (scalar-gate GDN)  | ``fla.ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g[B,T,H], beta)`` | ``member="kda"``, g broadcast over K |
+    | kda  | ``fla.ops.kda.chunk_kda(q, k, v, g, beta)`` | ``member="kda"`` |
+    | gla  | ``fla.ops.gla.chunk_gla(q, k, v, g)`` | ``member="gla"`` |
+    | ssd  (scalar decay)     | ``fla.ops.simple_gla.chunk_simple_gla(q, k, v, g=g[B,T,H])`` | ``member="ssd"`` |
+    | la   | ``fla.ops.simple_gla.chunk_simple_gla(q, k, v, g=None)`` | ``member="la"`` |
+
+    Conventions read from the wheel: every op takes ``[B, T, H, D]`` (head_first was removed), gates are
+    natural-log decays (fla rescales by 1/ln 2 inside), ``scale`` multiplies q (passed explicitly: K ** -0.5).
+    fla 0.6.0 refuses the backward of ``chunk_gated_delta_rule`` and ``chunk_simple_gla(g=...)`` on Hopper with
+    Triton < 3.7.1 (the #640 guard in ``fla.ops.common.chunk_o.chunk_bwd_dqkwg``); those two run under
+    ``lethe.foreign.fla640.bypass()`` and their rows say so. ``chunk_gdn2``, ``chunk_kda`` and ``chunk_gla`` never
+    call the guarded function (checked with ``lethe.foreign.fla640.static_guard_facts``). At K = 128 the guarded
+    kernel runs its BK = 128 tile, the configuration #640 reports clean.
+
+(b) Timing, bf16, d_k = 128, d_v in {64, 128}, T in {1024, 4096, 16384, 32768}, H = 2 and B = head_tokens/(H T)
+    (2**20 head-tokens by default: 16,384 chunks, far more than 132 SMs): fla's chunk_gdn2 and
+    chunk_gated_delta_rule and our Triton path on the same member. Each (member, d_v, T) cell first checks
+    correctness at that size (fla against ours on the full tensors; both against a float64 chunked reference on
+    one head when T <= --slice-check-max-t), then times with CUDA events: per iteration, forward then backward
+    (``torch.autograd.grad``), giving the backward alone (event after the forward to event after the backward),
+    the forward, and forward+backward; warm-up first, then ``--reps`` rounds over ``--sets`` input sets; median, p10, p90.
+    Each row carries FLOPs and minimal HBM bytes of the chunked algorithm (:func:`chunk_counts`) and the roofline
+    floor from ceilings measured at the start (bf16 matmul, device copy), plus the spec-sheet floor, labelled.
+
+fla's autotuning (the reason an earlier attempt never finished an op in 100 s): every kernel autotunes on its
+first call, compiling its configs one after another. :class:`FlaAutotunePolicy` patches Triton's ``Autotuner``
+before fla is imported: (1) all configs of a tuning are compiled in parallel threads (Triton's AsyncCompileMode)
+before the autotuner benchmarks them, which keeps fla's full search; (2) the benchmark of each config uses
+``--fla-tune-bench-ms`` (warm-up, rep) instead of Triton's 25/100 ms; (3) optionally (``--fla-max-configs N``, or
+automatically after a bench tuning slower than ``--fla-slow-tune-s``) only N configs spread over each list are
+kept, which can make fla slower and is then reported as a caveat; part (a), which times nothing, tries only
+``--fla-correct-configs`` (2: the first and last of each list; a full re-try if they do not fit). fla's autotune keys exclude T (and B, except in its
+small cumsum kernels), so it would keep what it picked at the tiny correctness shape; the bench re-tunes once per
+(op, d_v) at the first bench shape (``--fla-retune``). ``TRITON_CACHE_DIR`` defaults to a fixed directory so
+reruns in one session reuse binaries. Every tuning is a row (kind ``autotune``) and the summary lists the caveats.
+
+Output (``--out``): ``rows.jsonl`` (one JSON object per measurement, appended and flushed as it is made, so a
+kill loses nothing), ``summary.json`` (rewritten after every task), ``provenance.json``. Budget: ``--budget-s``;
+tasks run in priority order and one is skipped (with a ``skip`` row) when its estimate exceeds the time left;
+SIGTERM or an alarm at budget + 10 s ends the run cleanly with the summary written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+for _p in (str(ROOT / "src"), str(ROOT)):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import torch  # noqa: E402
+
+SCHEMA = "lethe.gdn.fla_compare/1"
+PIN_E2E = 5e-3  # the paper's end-to-end pin (ladder.py); reported, not enforced on fla
+DEFAULT_TRITON_CACHE = "/tmp/lethe-flacmp-triton-cache"
+# NVIDIA H200 SXM datasheet (dense, i.e. half the sparse figures; HBM3e bandwidth). Labelled "spec" wherever used.
+SPEC_H200 = {"bf16_dense_tflops": 989.0, "tf32_dense_tflops": 494.0, "hbm_tbps": 4.8,
+             "source": "NVIDIA H200 SXM datasheet (dense tensor-core rates; spec, not measured)"}
+
+# member -> fla op, guarded by #640 on Hopper + Triton < 3.7.1, leaves (in call order), gate shape, erase?
+MEMBERS = {
+    "gdn": dict(fla_op="fla.ops.gdn2.chunk_gdn2", guarded=False, leaves=("q", "k", "v", "g", "b", "w"),
+                scalar_gate=False, erase=True, ours_member="gdn"),
+    "sgdn": dict(fla_op="fla.ops.gated_delta_rule.chunk_gated_delta_rule", guarded=True,
+                 leaves=("q", "k", "v", "g", "beta"), scalar_gate=True, erase=True, ours_member="kda"),
+    "kda": dict(fla_op="fla.ops.kda.chunk_kda", guarded=False, leaves=("q", "k", "v", "g", "beta"),
+                scalar_gate=False, erase=True, ours_member="kda"),
+    "gla": dict(fla_op="fla.ops.gla.chunk_gla", guarded=False, leaves=("q", "k", "v", "g"), scalar_gate=False,
+                erase=False, ours_member="gla"),
+    "ssd": dict(fla_op="fla.ops.simple_gla.chunk_simple_gla", guarded=True, leaves=("q", "k", "v", "g"),
+                scalar_gate=True, erase=False, ours_member="ssd"),
+    "la": dict(fla_op="fla.ops.simple_gla.chunk_simple_gla", guarded=False, leaves=("q", "k", "v"),
+               scalar_gate=False, erase=False, ours_member="la"),
+}
+
+
+# ----------------------------------------------------------------------------------------------------------
+# FLOPs and bytes of the chunked algorithm (docs/gdn.md §2)
+
+
+def _width(name: str, member: str, K: int, V: int) -> int:
+    """Elements per (token, head) of one input tensor of ``member``."""
+    if name in ("q", "k", "b"):
+        return K
+    if name in ("v", "w"):
+        return V
+    if name == "g":
+        return 1 if MEMBERS[member]["scalar_gate"] else K
+    if name == "beta":
+        return 1
+    raise KeyError(name)
+
+
+def chunk_flops(erase: bool, C: int, K: int, V: int) -> dict:
+    """Matrix-product FLOPs (2mnk each) of one chunk of one head, forward and backward, as written in
+    docs/gdn.md §2. Elementwise work (decays, the chunk cumsum) is O(C(K+V)) and not counted; recomputing a
+    forward quantity in the backward (our scan recomputes P) is an implementation choice and not counted either.
+
+    Forward, per chunk: A = X Kg^T (2C^2K), T = (I + A)^{-1} by substitution (C^3/3 multiply-adds: 2C^3/3),
+    W = T X (2C^2K), U~ = T U (2C^2V), delta = U~ - W S (2CKV), S += Kend^T delta (2CKV),
+    P = Qg Kg^T (2C^2K), o = Qg S + P delta (2CKV + 2C^2V). Without erase: P, the state update and o only.
+    Backward: the scan's d delta = P^T dO + Kend dS (2C^2V + 2CKV), dS += Qg^T dO (2CKV), dS -= W^T d delta
+    (2CKV); per chunk dP = dO delta^T (2C^2V), d(qG) = dO S^T and dKend = delta dS^T (2CKV each), dW = -d delta S^T
+    (2CKV), dT = dW X^T + d delta U^T (2C^2K + 2C^2V), dX = T^T dW (2C^2K), dU = T^T d delta (2C^2V),
+    dA = -T^T dT T^T (4C^3), and the pairwise products dP -> (dQg, dKg), dA -> (dX, dKg) (4 x 2C^2K).
+    """
+    if erase:
+        fwd = 6 * C * C * K + 4 * C * C * V + 6 * C * K * V + (2 * C**3) // 3
+        bwd = 8 * C * C * V + 12 * C * K * V + 12 * C * C * K + 4 * C**3
+    else:
+        fwd = 2 * C * C * K + 2 * C * C * V + 4 * C * K * V
+        bwd = 4 * C * C * V + 8 * C * K * V + 4 * C * C * K
+    return {"fwd": fwd, "bwd": bwd}
+
+
+def chunk_counts(member: str, B: int, H: int, T: int, K: int, V: int, C: int = 64, in_bytes: int = 2,
+                 state_bytes: int = 4) -> dict:
+    """FLOPs and minimal HBM bytes of forward and backward for a whole problem.
+
+    Bytes, minimal ("io"): the forward reads every input once and writes o; the backward reads every input and
+    dO once and writes every input gradient once, all at ``in_bytes`` per element. Nothing else has to touch
+    HBM if the chunk states are recomputed on chip. ``bwd_bytes_with_states`` adds the per-chunk state S_n read
+    once and the state gradient dS_n written and read once, at ``state_bytes`` (what a two-kernel backward like
+    ours and fla's moves at least). T is padded to a chunk multiple for the FLOPs (the kernels process whole
+    chunks); bytes use the real T.
+    """
+    spec = MEMBERS[member]
+    NT = -(-T // C)
+    heads = B * H
+    per = chunk_flops(spec["erase"], C, K, V)
+    in_w = sum(_width(n, member, K, V) for n in spec["leaves"])
+    tok = B * T * H
+    fwd_bytes = tok * (in_w + V) * in_bytes
+    bwd_bytes = tok * (in_w + V + in_w) * in_bytes
+    states = heads * NT * K * V * state_bytes * 3
+    return {"member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "C": C, "chunks": heads * NT,
+            "fwd_flops": heads * NT * per["fwd"], "bwd_flops": heads * NT * per["bwd"],
+            "fwd_bytes": fwd_bytes, "bwd_bytes": bwd_bytes, "bwd_bytes_with_states": bwd_bytes + states,
+            "in_bytes": in_bytes}
+
+
+def roofline_ms(flops: float, nbytes: float, tflops: float, tbps: float) -> float:
+    """max(compute time, memory time) in ms at the given ceilings (TFLOP/s, TB/s)."""
+    return max(flops / (tflops * 1e12), nbytes / (tbps * 1e12)) * 1e3
+
+
+def quantile(xs: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default) of a non-empty list."""
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def bench_batch(head_tokens: int, H: int, T: int) -> int:
+    """B so that B * H * T is the requested number of head-tokens (at least 1)."""
+    return max(1, head_tokens // (H * T))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# fla's autotuning, bounded
+
+
+def select_configs(configs: list, max_configs: int, how: str = "spread") -> list:
+    """At most ``max_configs`` of ``configs`` (0: all). ``first``: a prefix; ``spread``: evenly spaced indices
+    including the first and the last, so every varied dimension (tile, warps, stages) keeps both ends."""
+    n = len(configs)
+    if max_configs <= 0 or n <= max_configs:
+        return list(configs)
+    if how == "first":
+        return list(configs[:max_configs])
+    if how != "spread":
+        raise ValueError(f"unknown selection {how!r}")
+    if max_configs == 1:
+        return [configs[0]]
+    idx = sorted({round(i * (n - 1) / (max_configs - 1)) for i in range(max_configs)})
+    return [configs[i] for i in idx]
+
+
+@dataclass
+class FlaAutotunePolicy:
+    """Bounds the cost of fla's first-call autotuning; see the module docstring. Only autotuners of kernels
+    defined in ``fla.*`` modules are touched; everything is recorded through ``sink``."""
+
+    max_configs: int = 0
+    select: str = "spread"
+    workers: int = 16
+    bench_ms: tuple[float, float] = (5.0, 20.0)
+    parallel: bool = True
+    sink: object = None  # callable(dict) receiving one row per tuning
+    phase: str = ""  # label of the task that triggered a tuning
+    tuners: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    changes: list = field(default_factory=list)
+    installed: bool = False
+
+    def describe(self) -> dict:
+        return {"max_configs": self.max_configs, "select": self.select, "parallel_precompile": self.parallel,
+                "workers": self.workers, "tune_bench_ms": list(self.bench_ms), "changes": list(self.changes)}
+
+    def set_max_configs(self, n: int, reason: str) -> None:
+        if n != self.max_configs:
+            self.changes.append({"max_configs": n, "was": self.max_configs, "reason": reason, "phase": self.phase})
+            self.max_configs = n
+            if self.sink:
+                self.sink({"kind": "autotune_policy_change", **self.changes[-1]})
+
+    @staticmethod
+    def is_fla(tuner) -> bool:
+        return getattr(getattr(tuner, "base_fn", None), "__module__", "").startswith("fla.")
+
+    def install(self) -> None:
+        """Patch triton.runtime.autotuner.Autotuner (class level: fla's CachedAutotuner inherits it). Must run
+        before fla is imported so that every fla autotuner is registered at construction."""
+        if self.installed:
+            return
+        import triton.testing
+        from triton.runtime.autotuner import Autotuner
+
+        policy = self
+        orig_init, orig_prune, orig_run = Autotuner.__init__, Autotuner.prune_configs, Autotuner.run
+
+        def init(tuner, *a, **k):
+            orig_init(tuner, *a, **k)
+            if policy.is_fla(tuner):
+                policy.tuners.append(tuner)
+
+        def fast_bench(kernel_call, quantiles):
+            return triton.testing.do_bench(kernel_call, warmup=policy.bench_ms[0], rep=policy.bench_ms[1],
+                                           quantiles=quantiles)
+
+        def prune(tuner, kwargs):
+            configs = orig_prune(tuner, kwargs)
+            if not policy.is_fla(tuner):
+                return configs
+            chosen = select_configs(configs, policy.max_configs, policy.select)
+            t0 = time.perf_counter()
+            err = policy.precompile(tuner, chosen, kwargs) if policy.parallel else None
+            tuner._lethe_event = {"declared": len(tuner.configs), "after_fla_prune": len(configs),
+                                  "benchmarked": len(chosen), "precompile_s": round(time.perf_counter() - t0, 2),
+                                  "precompile_error": err}
+            return chosen
+
+        def run(tuner, *args, **kwargs):
+            if not policy.is_fla(tuner):
+                return orig_run(tuner, *args, **kwargs)
+            tuner.__dict__["do_bench"] = fast_bench  # shadows Autotuner's cached_property
+            t0 = time.perf_counter()
+            out = orig_run(tuner, *args, **kwargs)
+            ev = tuner.__dict__.pop("_lethe_event", None)
+            if ev is not None:
+                fn = tuner.base_fn
+                ev.update(kind="autotune", kernel=f"{fn.__module__}.{fn.__name__}", phase=policy.phase,
+                          wall_s=round(time.perf_counter() - t0, 2),
+                          bench_s=round(getattr(tuner, "bench_time", float("nan")), 2),
+                          best=str(getattr(tuner, "best_config", None)), max_configs=policy.max_configs,
+                          select=policy.select)
+                policy.events.append(ev)
+                if policy.sink:
+                    policy.sink(ev)
+            return out
+
+        Autotuner.__init__, Autotuner.prune_configs, Autotuner.run = init, prune, run
+        self._restore = (Autotuner, orig_init, orig_prune, orig_run)
+        self.installed = True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            cls, i, p, r = self._restore
+            cls.__init__, cls.prune_configs, cls.run = i, p, r
+            self.installed = False
+
+    def precompile(self, tuner, configs, kwargs) -> str | None:
+        """Compile every config of this tuning at once in threads (Triton's AsyncCompileMode), so the
+        autotuner's sequential benchmark finds each binary already in the JIT cache. Errors are left for the
+        benchmark to meet again (it maps OutOfResources / PTXASError to an infinite time, as without us)."""
+        try:
+            from concurrent.futures import ThreadPoolExecutor
+
+            from triton.runtime._async_compile import AsyncCompileMode
+        except ImportError as exc:  # older Triton: plain sequential autotuning
+            return f"no AsyncCompileMode: {exc}"
+        args = list(tuner.nargs.values())
+        try:
+            with ThreadPoolExecutor(max_workers=self.workers) as ex, AsyncCompileMode(ex, ignore_errors=True):
+                for cfg in configs:
+                    kw = dict(kwargs)
+                    kw.update(cfg.all_kwargs())
+                    kw["warmup"] = True
+                    tuner.fn.run(*args, **kw)
+        except Exception as exc:  # noqa: BLE001 - a failed pre-compile only costs time, never correctness
+            return f"{type(exc).__name__}: {exc}"[:300]
+        return None
+
+    def reset(self, reason: str) -> int:
+        """Forget every fla tuning (in memory, and stop reading Triton's on-disk autotune cache, whose key
+        ignores shapes) so the next call of each kernel tunes again at the current shape."""
+        n = 0
+        for t in self.tuners:
+            n += len(t.cache)
+            t.cache.clear()
+            t.cache_results = False
+        if self.sink:
+            self.sink({"kind": "autotune_reset", "reason": reason, "entries_cleared": n, "phase": self.phase})
+        return n
+
+
+# ----------------------------------------------------------------------------------------------------------
+# calls
+
+
+def _ladder():
+    spec = importlib.util.spec_from_file_location("gdn_ladder_for_fla_compare", ROOT / "experiments/gdn/ladder.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def fla_fn(member: str):
+    """The fla op of ``member`` as ``f(leaves: dict, scale) -> o`` (fla must be importable)."""
+    import importlib
+
+    mod, _, name = MEMBERS[member]["fla_op"].rpartition(".")
+    op = getattr(importlib.import_module(mod), name)
+    if member == "gdn":
+        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], scale=s)[0]
+    if member in ("sgdn", "kda"):
+        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=s)[0]
+    if member == "gla":
+        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], scale=s)[0]
+    if member == "ssd":
+        return lambda x, s: op(x["q"], x["k"], x["v"], g=x["g"], scale=s)[0]
+    if member == "la":
+        return lambda x, s: op(x["q"], x["k"], x["v"], g=None, scale=s)[0]
+    raise KeyError(member)
+
+
+def ours_fn(member: str, backend: str, chunk: int):
+    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member, g broadcast over K)."""
+    from kernels.gdn.autograd import chunk_family
+
+    m = MEMBERS[member]["ours_member"]
+
+    def f(x, s):
+        g = x.get("g")
+        if member == "sgdn":
+            g = g.unsqueeze(-1).expand(*g.shape, x["q"].shape[-1])
+        b = x.get("beta") if m == "kda" else x.get("b")
+        return chunk_family(x["q"], x["k"], x["v"], g, b, x.get("w"), member=m, scale=s, chunk=chunk,
+                            backend=backend)[0]
+
+    return f
+
+
+def oracle_fn(member: str):
+    """float64 output of ``member`` from its own definition (kernels.gdn.reference)."""
+    from kernels.gdn import reference as R
+
+    def f(x, s):
+        q, k, v = x["q"], x["k"], x["v"]
+        if member == "sgdn":
+            g = x["g"].unsqueeze(-1).expand(*x["g"].shape, q.shape[-1])
+            return R.kda(q, k, v, g, x["beta"], s)[0]
+        b = x.get("beta") if member == "kda" else x.get("b")
+        return R.member_reference(member, q, k, v, x.get("g"), b, x.get("w"), scale=s)
+
+    return f
+
+
+def grad_name(n: str) -> str:
+    return "d" + n
+
+
+# ----------------------------------------------------------------------------------------------------------
+# run state, rows, budget
+
+
+class BudgetKill(BaseException):
+    """Raised from SIGTERM / SIGALRM: ends the run, the summary is still written."""
+
+
+@dataclass
+class Run:
+    args: argparse.Namespace
+    out: Path
+    device: str
+    dtype: torch.dtype
+    g_dtype: torch.dtype
+    K: int
+    C: int
+    impls: tuple  # ("ours", "fla") on the GPU; ("ours", "torch") in --dry-run (torch stands in for fla)
+    t0: float = field(default_factory=time.perf_counter)
+    rows: list = field(default_factory=list)
+    seen: set = field(default_factory=set)
+    policy: FlaAutotunePolicy | None = None
+    ladder: object = None
+    ceilings: dict = field(default_factory=dict)
+    meta: dict = field(default_factory=dict)
+
+    def left(self) -> float:
+        return self.args.budget_s - (time.perf_counter() - self.t0)
+
+    def emit(self, row: dict) -> dict:
+        row = {"schema": SCHEMA, "t_s": round(time.perf_counter() - self.t0, 2), **row}
+        self.rows.append(row)
+        with open(self.out / "rows.jsonl", "a") as f:
+            f.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        return row
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+
+def log(msg: str) -> None:
+    print(f"[flacmp {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    """max|x - ref| / max|ref| (ladder.py's metric), computed in float64."""
+    x, ref = x.detach().double(), ref.detach().double()
+    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
+
+
+def nonfinite(t: torch.Tensor) -> int:
+    return int((~torch.isfinite(t.detach())).sum())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tasks
+
+
+@dataclass
+class Task:
+    kind: str  # ceilings | precompile | correct | bench | bench_torch
+    member: str = ""
+    V: int = 0
+    T: int = 0
+    combos: tuple = ()  # precompile: the (erase, d_v, T) launch sets of the tasks up to the next precompile
+
+    @property
+    def name(self) -> str:
+        if self.kind == "ceilings":
+            return self.kind
+        if self.kind == "precompile":
+            return f"precompile {self.V}"
+        return f"{self.kind} {self.member} V={self.V} T={self.T}"
+
+
+def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, parts, torch_bench=True) -> list[Task]:
+    """Priority order. (a) first: the two benchmarked members (gdn, sgdn) at both d_v and both lengths, then the
+    other members at d_v = 128 and the short length; (b) the timing sweep, d_v = 128 first, the first length
+    first (the one fla is re-tuned at); then the rest of (a) (other members at d_v = 64, the long length);
+    last our torch backend at the shortest bench length. ``precompile`` tasks compile our kernels for the tasks
+    that follow them (up to the next one): one before everything, one before the second half of the sweep."""
+    tasks: list[Task] = ([Task("ceilings")] if "bench" in parts else []) + [Task("precompile", V=0)]
+    a_first, a_rest = [], []
+    if "correct" in parts:
+        core = [m for m in ("gdn", "sgdn") if m in members_correct]
+        rest = [m for m in members_correct if m not in core]
+        t0 = lengths_correct[0]
+        for m in core:
+            for V in dvs:
+                a_first += [Task("correct", m, V, t0)]
+        for m in core:
+            for V in dvs:
+                a_first += [Task("correct", m, V, T) for T in lengths_correct[1:]]
+        for m in rest:
+            a_first.append(Task("correct", m, max(dvs), t0))
+        for m in rest:
+            for V in sorted(dvs, reverse=True):
+                for T in lengths_correct:
+                    t = Task("correct", m, V, T)
+                    if not (V == max(dvs) and T == t0):
+                        a_rest.append(t)
+    b = []
+    if "bench" in parts:
+        for V in sorted(dvs, reverse=True):
+            for m in members_bench:
+                b += [Task("bench", m, V, T) for T in lengths_bench]
+        if torch_bench:
+            b += [Task("bench_torch", "gdn", V, min(lengths_bench)) for V in sorted(dvs, reverse=True)]
+    sweep = [t for t in b if t.kind == "bench"]
+    head = [t for t in sweep if t.V == max(dvs)]
+    tail = [t for t in sweep if t.V != max(dvs)] + a_rest + [t for t in b if t.kind != "bench"]
+    out = tasks + a_first + head + ([Task("precompile", V=1)] if tail else []) + tail
+    for i, t in enumerate(out):  # each precompile gets the launch sets of the tasks up to the next one
+        if t.kind == "precompile":
+            nxt = next((j for j in range(i + 1, len(out)) if out[j].kind == "precompile"), len(out))
+            t.combos = tuple(ours_combos(out[i + 1:nxt]))
+    return out
+
+
+def estimate_s(run: Run, task: Task) -> float:
+    """Seconds a task is expected to take, from what is already compiled/tuned (the budget's skip rule)."""
+    a = run.args
+    if task.kind == "ceilings":
+        return 10.0
+    if task.kind == "precompile":
+        return a.est_precompile_s if task.combos else 0.0
+    NT = -(-task.T // run.C)
+    ours = 1.0 if ("ours", task.V, NT) in run.seen else (6.0 if ("ours", task.V) in run.seen else a.est_ours_compile_s)
+    fla_key = ("fla", task.member, task.V)
+    fla = 2.0 if fla_key in run.seen else a.est_fla_tune_s
+    if task.kind == "correct":
+        fla_c = 2.0 if fla_key in run.seen else a.est_fla_correct_s
+        return ours + (fla_c if "fla" in run.impls else ours) + 2.0 + 3.0 * task.T / 1024
+    if task.kind == "bench":
+        retune = a.est_fla_retune_s if ("fla_tuned_at_bench", task.member, task.V) not in run.seen else 0.0
+        return ours + fla + retune + a.est_bench_cell_s
+    return a.est_bench_cell_s + 10.0
+
+
+def run_task(run: Run, task: Task) -> None:
+    if task.kind == "ceilings":
+        measure_ceilings(run)
+    elif task.kind == "precompile":
+        precompile_ours(run, [c for c in task.combos if ("ours", c[1], -(-c[2] // run.C), c[0]) not in run.seen])
+    elif task.kind == "correct":
+        correctness_cell(run, task.member, task.V, task.T)
+    elif task.kind == "bench":
+        bench_cell(run, task.member, task.V, task.T, impls=run.impls)
+    elif task.kind == "bench_torch":
+        bench_cell(run, task.member, task.V, task.T, impls=("torch",), head_tokens=run.args.torch_head_tokens)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# our kernels, compiled up front
+
+
+def ours_combos(tasks: list[Task]) -> list[tuple[bool, int, int]]:
+    """(erase, d_v, T) of every Triton launch set the plan will make (the scan kernels take the chunk count as
+    a compile-time constant, so each T is its own binary; the others depend on d_v and erase only)."""
+    out = set()
+    for t in tasks:
+        if t.kind in ("correct", "bench"):
+            out.add((MEMBERS[t.member]["erase"], t.V, t.T))
+    return sorted(out)
+
+
+def precompile_ours(run: Run, combos) -> None:
+    """Compile every binary our wrappers will launch, in parallel threads, before anything runs.
+
+    The wrappers run once per combo on small device tensors inside ``lethe.aot.record_launches(execute=False)``
+    (nothing launches; each launch is recorded with its arguments reduced to dtype + alignment), then every
+    recorded launch goes through the JIT's own ``run(..., warmup=True)`` under Triton's AsyncCompileMode, which
+    compiles into the same per-device cache a real launch reads. A failure here only costs time: the first real
+    launch then compiles as usual."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from kernels.gdn.triton_bwd import triton_chunk_bwd
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.aot import record_launches
+
+    t0 = time.perf_counter()
+    recs = []
+    K, dev = run.K, run.device
+
+    def z(*shape):
+        return torch.zeros(*shape, device=dev)
+
+    for erase, V, T in combos:
+        q, k, v, g, w = z(1, T, 1, K), z(1, T, 1, K), z(1, T, 1, V), z(1, T, 1, K), z(1, T, 1, V)
+        b = z(1, T, 1, K) if erase else None
+        with record_launches(execute=False) as launches:
+            o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=run.C)
+            triton_chunk_bwd(torch.zeros_like(o), ctx)
+        recs += launches
+    t_rec = time.perf_counter() - t0
+    err = None
+    if run.device == "cuda":
+        try:
+            from triton.runtime._async_compile import AsyncCompileMode
+
+            with ThreadPoolExecutor(max_workers=run.args.fla_workers) as ex, AsyncCompileMode(ex, ignore_errors=True):
+                for r in recs:
+                    r.jit.run(*r.args, grid=(1,), warmup=True, **r.kwargs)
+        except Exception as exc:  # noqa: BLE001 - only time is at stake
+            err = f"{type(exc).__name__}: {exc}"[:300]
+    run.seen.update(("ours", V) for _, V, _ in combos)
+    run.seen.update(("ours", V, -(-T // run.C)) for _, V, T in combos)
+    run.seen.update(("ours", V, -(-T // run.C), erase) for erase, V, T in combos)
+    run.emit({"kind": "precompile", "impl": "ours", "combos": [list(c) for c in combos], "launches": len(recs),
+              "distinct_kernels": len({(r.jit.fn.__name__, repr(sorted(r.kwargs.items()))) for r in recs}),
+              "record_s": round(t_rec, 2), "seconds": round(time.perf_counter() - t0, 2), "error": err,
+              "executed": run.device == "cuda"})
+    log(f"precompiled our kernels: {len(recs)} launches over {len(combos)} shapes in "
+        f"{time.perf_counter() - t0:.1f} s{' (' + err + ')' if err else ''}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# ceilings
+
+
+def measure_ceilings(run: Run) -> None:
+    """bf16 and TF32 dense matmul rate and device-to-device copy bandwidth, each the median of 10 timed runs."""
+    if run.device != "cuda":
+        run.ceilings = {"measured": False, "reason": "no GPU (dry run)"}
+        run.emit({"kind": "ceilings", **run.ceilings})
+        return
+
+    def timed(fn, reps=10, warm=3):
+        for _ in range(warm):
+            fn()
+        torch.cuda.synchronize()
+        ts = []
+        for _ in range(reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            fn()
+            e1.record()
+            torch.cuda.synchronize()
+            ts.append(e0.elapsed_time(e1))
+        return statistics.median(ts)
+
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = timed(lambda: a @ b)
+    bf16 = 2 * n**3 / (ms * 1e-3) / 1e12
+    a, b = a.float(), b.float()
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        ms32 = timed(lambda: a @ b)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    tf32 = 2 * n**3 / (ms32 * 1e-3) / 1e12
+    a = b = None  # free before the copy buffers
+    x = torch.empty(2**31, device="cuda", dtype=torch.uint8)
+    y = torch.empty_like(x)
+    msc = timed(lambda: y.copy_(x))
+    copy = 2 * x.numel() / (msc * 1e-3) / 1e12  # read + write
+    x = y = None
+    torch.cuda.empty_cache()
+    run.ceilings = {"measured": True, "bf16_matmul_tflops": bf16, "tf32_matmul_tflops": tf32,
+                    "copy_tbps": copy, "method": "median of 10 CUDA-event timings: 8192^3 matmul (bf16; fp32 "
+                    "with TF32 allowed), copy of 2 GiB counted as read + write"}
+    run.emit({"kind": "ceilings", **run.ceilings, "spec": SPEC_H200})
+    log(f"ceilings: bf16 {bf16:.0f} TFLOP/s, tf32 {tf32:.0f} TFLOP/s, copy {copy:.2f} TB/s")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# (a) correctness
+
+
+def _impl_call(run: Run, impl: str, member: str):
+    """(callable, uses the #640 bypass) for one implementation of ``member``."""
+    if impl == "fla":
+        return fla_fn(member), MEMBERS[member]["guarded"]
+    if impl == "ours":
+        return ours_fn(member, "triton", run.C), False
+    if impl == "torch":
+        return ours_fn(member, "torch", run.C), False
+    raise KeyError(impl)
+
+
+def _bypass(active: bool):
+    import contextlib
+
+    if not active:
+        return contextlib.nullcontext()
+    from lethe.foreign import fla640
+
+    return fla640.bypass()
+
+
+def fwd_bwd(run: Run, impl: str, member: str, leaves: dict, do: torch.Tensor, scale: float):
+    """One forward + backward; returns (o, {grad name: grad}, seconds, bypassed)."""
+    fn, guarded = _impl_call(run, impl, member)
+    t0 = time.perf_counter()
+    with _bypass(guarded):
+        o = fn(leaves, scale)
+        grads = torch.autograd.grad(o, list(leaves.values()), do)
+    run.sync()
+    return o.detach(), {grad_name(n): g for n, g in zip(leaves, grads, strict=True)}, time.perf_counter() - t0, guarded
+
+
+def _inputs_correct(run: Run, member: str, V: int, T: int) -> tuple[dict, torch.Tensor]:
+    """The ladder's inputs (float64 master on the CPU, same seed), rounded to the run's dtypes, on the device."""
+    a = run.args
+    x = run.ladder.make_inputs(a.batch, T, a.heads, run.K, V, a.seed, "cpu",
+                               member="ssd" if MEMBERS[member]["scalar_gate"] else member)
+    low = {}
+    for n in MEMBERS[member]["leaves"]:
+        dt = run.g_dtype if n == "g" else run.dtype
+        low[n] = x[n].to(dt).to(run.device)
+    return low, x["do"].to(run.dtype).to(run.device)
+
+
+def guard_probe(run: Run, member: str, low: dict, do: torch.Tensor, scale: float) -> dict:
+    """The guarded fla op once *without* the bypass: records fla's refusal (or that it ran)."""
+    from lethe.foreign import fla640
+
+    state = fla640.guard_state()
+    leaves = {n: t.clone().requires_grad_() for n, t in low.items()}
+    try:
+        o = fla_fn(member)(leaves, scale)
+        torch.autograd.grad(o, list(leaves.values()), do)
+        run.sync()
+        return {"guard_state": state, "refused": False}
+    except RuntimeError as exc:
+        return {"guard_state": state, "refused": fla640.GUARD_MESSAGE_MARK in str(exc), "message": str(exc)[:300]}
+
+
+def correctness_cell(run: Run, member: str, V: int, T: int) -> None:
+    a = run.args
+    scale = run.K ** -0.5
+    low, do = _inputs_correct(run, member, V, T)
+    base = {"member": member, "fla_op": MEMBERS[member]["fla_op"], "V": V, "T": T, "B": a.batch, "H": a.heads,
+            "K": run.K, "chunk": run.C, "dtype": str(run.dtype).replace("torch.", ""),
+            "g_dtype": str(run.g_dtype).replace("torch.", "")}
+    # float64 oracle on exactly the rounded values every implementation receives
+    t0 = time.perf_counter()
+    odev = a.oracle_device or run.device
+    ref_leaves = {n: t.double().to(odev).requires_grad_() for n, t in low.items()}
+    ref = oracle_fn(member)(ref_leaves, scale)
+    ref_grads = torch.autograd.grad(ref, list(ref_leaves.values()), do.double().to(odev))
+    ref_t = {"o": ref.detach(), **{grad_name(n): g for n, g in zip(ref_leaves, ref_grads, strict=True)}}
+    del ref_leaves, ref, ref_grads
+    oracle_s = time.perf_counter() - t0
+    if run.policy is not None:
+        run.policy.set_max_configs(a.fla_correct_configs, "correctness phase (speed not measured here)")
+    if member == "sgdn" and "fla" in run.impls and ("guard_probe",) not in run.seen:
+        run.seen.add(("guard_probe",))
+        if run.policy is not None:
+            run.policy.phase = f"guard probe {member} V={V} T={T}"
+        run.emit({"kind": "guard_probe", **base, **guard_probe(run, member, low, do, scale)})
+    outs = {}
+    for impl in run.impls:
+        leaves = {n: t.clone().requires_grad_() for n, t in low.items()}
+        key = ("fla", member, V) if impl == "fla" else (impl, V)
+        first = key not in run.seen
+        if run.policy is not None:
+            run.policy.phase = f"correct {member} V={V} T={T}"
+        try:
+            try:
+                o, grads, secs, bypassed = fwd_bwd(run, impl, member, leaves, do, scale)
+            except Exception as exc:
+                if impl != "fla" or run.policy is None or not run.policy.max_configs or not _resource_error(exc):
+                    raise
+                # a capped tuning may have kept only configs that do not fit: tune in full and try once more
+                run.policy.set_max_configs(0, f"retry of {member} V={V} after an error under the cap")
+                run.policy.reset("retry without the correctness cap")
+                leaves = {n: t.clone().requires_grad_() for n, t in low.items()}
+                o, grads, secs, bypassed = fwd_bwd(run, impl, member, leaves, do, scale)
+        except Exception as exc:  # noqa: BLE001 - recorded as this arm's finding
+            run.emit({"kind": "correct", "impl": impl, **base, "status": "error",
+                      "error": f"{type(exc).__name__}: {exc}"[:600], "trace": traceback.format_exc()[-1500:]})
+            continue
+        run.seen.update({key, (impl, V, -(-T // run.C))} if impl != "fla" else {key})
+        got = {"o": o, **grads}
+        errs = {n: rel_err(got[n].to(ref_t[n].device), ref_t[n]) for n in ref_t}
+        worst = max(errs, key=errs.get)
+        outs[impl] = got
+        run.emit({"kind": "correct", "impl": impl, **base, "status": "ok", "errors": errs,
+                  "worst_rel_err": errs[worst], "worst_tensor": worst, "pin": PIN_E2E,
+                  "within_pin": bool(errs[worst] <= PIN_E2E),
+                  "nonfinite": {n: nonfinite(t) for n, t in got.items()},
+                  "grad_dtypes": {n: str(t.dtype).replace("torch.", "") for n, t in grads.items()},
+                  "bypass_640": bypassed, "first_call": first, "seconds": round(secs, 3),
+                  "oracle_s": round(oracle_s, 2),
+                  "fla_max_configs": run.policy.max_configs if (impl == "fla" and run.policy) else None})
+        log(f"correct {impl:<5} {member:<4} V={V:<3} T={T:<5} worst {worst} {errs[worst]:.2e}"
+            f"{' (bypass)' if bypassed else ''} {secs:.1f}s{' incl. compile/tune' if first else ''}")
+    if len(outs) == 2:
+        (ia, ta), (ib, tb) = sorted(outs.items(), key=lambda kv: kv[0] != run.impls[-1])  # other impl vs ours
+        errs = {n: rel_err(ta[n], tb[n]) for n in ta}
+        worst = max(errs, key=errs.get)
+        run.emit({"kind": "agree", **base, "a": ia, "b": ib, "metric": "max|a - b| / max|b|", "errors": errs,
+                  "worst_rel_err": errs[worst], "worst_tensor": worst})
+    del outs, ref_t
+    if run.device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _resource_error(exc: BaseException) -> bool:
+    """A launch that did not fit or did not compile (what a capped config list can run into)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(m in text for m in ("OutOfResources", "out of resource", "PTXASError", "CompilationError"))
+
+
+def _maybe_cap_fla(run: Run, first_call_s: float, member: str, V: int) -> None:
+    """After a slow bench-shape tuning, cap the later ones so the rest of the plan stays in budget."""
+    a = run.args
+    if run.policy is None or run.meta.get("bench_max_configs") or a.fla_fallback_configs <= 0:
+        return
+    if first_call_s > a.fla_slow_tune_s:
+        run.meta["bench_max_configs"] = a.fla_fallback_configs
+        run.policy.set_max_configs(a.fla_fallback_configs, f"bench tuning of fla {member} V={V} took "
+                                   f"{first_call_s:.0f} s > --fla-slow-tune-s {a.fla_slow_tune_s:.0f}; later "
+                                   "bench tunings capped")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# (b) timing
+
+
+def bench_inputs(member: str, B: int, T: int, H: int, K: int, V: int, dtype, g_dtype, seed: int, device: str):
+    """The ladder's distributions drawn on the device: L2-normalised keys, g = logsigmoid(N + 2), b in [0, 2],
+    w and beta in [0, 1]; leaves require grad. Returns (leaves, do)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rn = lambda *s: torch.randn(*s, generator=gen, device=device)  # noqa: E731
+    ru = lambda *s: torch.rand(*s, generator=gen, device=device)  # noqa: E731
+    spec = MEMBERS[member]
+    x = {"q": rn(B, T, H, K), "k": torch.nn.functional.normalize(rn(B, T, H, K), dim=-1), "v": rn(B, T, H, V)}
+    if "g" in spec["leaves"]:
+        gs = (B, T, H) if spec["scalar_gate"] else (B, T, H, K)
+        x["g"] = torch.nn.functional.logsigmoid(rn(*gs) + 2.0)
+    if "b" in spec["leaves"]:
+        x["b"] = 2.0 * ru(B, T, H, K)
+    if "w" in spec["leaves"]:
+        x["w"] = ru(B, T, H, V)
+    if "beta" in spec["leaves"]:
+        x["beta"] = ru(B, T, H)
+    leaves = {n: x[n].to(g_dtype if n == "g" else dtype).requires_grad_() for n in spec["leaves"]}
+    do = rn(B, T, H, V).to(dtype)
+    return leaves, do
+
+
+def _slice_check(run: Run, member: str, leaves: dict, do: torch.Tensor, results: dict, scale: float) -> dict:
+    """Each implementation's first head of the first batch element against the float64 chunked reference
+    (kernels.gdn.chunked through chunk_family(backend="torch"), validated against the oracle by the CPU tests).
+    Heads are independent, so the sliced problem's gradients are the full problem's gradients sliced."""
+    sl = lambda t: t[0:1, :, 0:1]  # noqa: E731
+    x64 = {n: sl(t.detach()).double().requires_grad_() for n, t in leaves.items()}
+    ref = ours_fn(member, "torch", run.C)(x64, scale)
+    g64 = torch.autograd.grad(ref, list(x64.values()), sl(do).double())
+    ref_t = {"o": ref.detach(), **{grad_name(n): g for n, g in zip(x64, g64, strict=True)}}
+    out = {}
+    for impl, got in results.items():
+        errs = {n: rel_err(sl(got[n]), ref_t[n]) for n in ref_t}
+        out[impl] = {"errors": errs, "worst_rel_err": max(errs.values()), "worst_tensor": max(errs, key=errs.get)}
+    return out
+
+
+def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | None = None) -> None:
+    a = run.args
+    H = a.heads
+    B = bench_batch(head_tokens or a.head_tokens, H, T)
+    scale = run.K ** -0.5
+    counts = chunk_counts(member, B, H, T, run.K, V, run.C, in_bytes=run.dtype.itemsize)
+    base = {"member": member, "fla_op": MEMBERS[member]["fla_op"], "V": V, "T": T, "B": B, "H": H, "K": run.K,
+            "chunk": run.C, "dtype": str(run.dtype).replace("torch.", ""),
+            "g_dtype": str(run.g_dtype).replace("torch.", ""), "counts": counts}
+    # our kernels index with 32-bit offsets: B*H*T_pad*max(K, V) and chunks*K*V must stay below 2**31
+    if max(counts["chunks"] * run.C * max(run.K, V), counts["chunks"] * run.K * V) >= 2**31:
+        run.emit({"kind": "skip", "task": f"bench {member} V={V} T={T}", "reason": "int32 offsets in our kernels",
+                  **base})
+        return
+    if run.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    sets = [bench_inputs(member, B, T, H, run.K, V, run.dtype, run.g_dtype, a.seed + 1000 + i, run.device)
+            for i in range(a.sets)]
+    # fla re-tunes at a bench shape (its autotune keys ignore T, and B except in the cumsum kernels), with its
+    # full config lists unless capped
+    retuned = False
+    if "fla" in impls and run.policy is not None:
+        tkey = ("fla_tuned_at_bench", member, V)
+        run.policy.set_max_configs(run.meta.get("bench_max_configs", a.fla_max_configs), "bench phase")
+        if a.fla_retune == "per-size" or tkey not in run.seen:
+            retuned = True
+            run.policy.phase = f"bench {member} V={V} T={T}"
+            run.policy.reset(f"re-tune at bench shape B={B} T={T}")
+            run.seen.add(tkey)
+            run.meta.setdefault("fla_tuned_at", {})[f"{member} V={V}"] = {"B": B, "T": T, "H": H}
+    # 1) first call per impl (compile / tune), results kept for the correctness check at this size
+    first, results = {}, {}
+    for impl in impls:
+        leaves, do = sets[0]
+        try:
+            o, grads, secs, _ = fwd_bwd(run, impl, member, leaves, do, scale)
+        except Exception as exc:  # noqa: BLE001
+            run.emit({"kind": "bench", "impl": impl, **base, "status": "error",
+                      "error": f"{type(exc).__name__}: {exc}"[:600], "trace": traceback.format_exc()[-1500:]})
+            continue
+        first[impl] = secs
+        results[impl] = {"o": o, **grads}
+        if impl == "fla" and retuned:
+            _maybe_cap_fla(run, secs, member, V)
+        run.seen.add(("fla", member, V) if impl == "fla" else (impl, V))
+        if impl != "fla":
+            run.seen.add((impl, V, -(-T // run.C)))
+    if not results:
+        return
+    # 2) correctness at this size: fla vs ours (the validated path), and the float64 slice
+    check = {"kind": "bench_check", **base}
+    other = [i for i in results if i != "ours"]
+    if other and "ours" in results:
+        errs = {n: rel_err(results[other[0]][n], results["ours"][n]) for n in results["ours"]}
+        check["vs_ours"] = {"impl": other[0], "errors": errs, "worst_rel_err": max(errs.values()),
+                            "worst_tensor": max(errs, key=errs.get), "metric": "max|impl - ours| / max|ours|"}
+    check["nonfinite"] = {impl: sum(nonfinite(t) for t in r.values()) for impl, r in results.items()}
+    if T <= a.slice_check_max_t:
+        try:
+            check["vs_float64_slice"] = _slice_check(run, member, sets[0][0], sets[0][1], results, scale)
+        except Exception as exc:  # noqa: BLE001
+            check["vs_float64_slice"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    else:
+        check["vs_float64_slice"] = {"skipped": f"T > --slice-check-max-t {a.slice_check_max_t}"}
+    run.emit(check)
+    if "vs_ours" in check:
+        c = check["vs_ours"]
+        log(f"bench check {member} V={V} T={T}: {c['impl']} vs ours worst {c['worst_tensor']} "
+            f"{c['worst_rel_err']:.2e}")
+    del results
+    # 3) timing
+    for impl in first:
+        if impl == "fla" and run.policy is not None:
+            run.policy.phase = f"bench {member} V={V} T={T} (timing)"
+        fn, guarded = _impl_call(run, impl, member)
+        try:
+            with _bypass(guarded):
+                samples, reps, iter_s = _time_impl(run, fn, sets, scale)
+        except Exception as exc:  # noqa: BLE001
+            run.emit({"kind": "bench", "impl": impl, **base, "status": "error",
+                      "error": f"{type(exc).__name__}: {exc}"[:600]})
+            continue
+        if not samples["total"]:
+            run.emit({"kind": "skip", "task": f"timing {impl} {member} V={V} T={T}", "reason": "budget",
+                      "left_s": round(run.left(), 1), "iter_s": iter_s})
+            continue
+        peak = torch.cuda.max_memory_allocated() / 2**30 if run.device == "cuda" else None
+        for mode, key, flops, nbytes in (("bwd", "bwd", counts["bwd_flops"], counts["bwd_bytes"]),
+                                         ("fwd", "fwd", counts["fwd_flops"], counts["fwd_bytes"]),
+                                         ("fwd+bwd", "total", counts["fwd_flops"] + counts["bwd_flops"],
+                                          counts["fwd_bytes"] + counts["bwd_bytes"])):
+            xs = samples[key]
+            med = statistics.median(xs)
+            row = {"kind": "bench", "impl": impl, **base, "status": "ok", "mode": mode, "median_ms": med,
+                   "p10_ms": quantile(xs, 0.1), "p90_ms": quantile(xs, 0.9), "n": len(xs), "reps": reps,
+                   "sets": len(sets), "flops": flops, "bytes": nbytes, "tflops": flops / (med * 1e-3) / 1e12,
+                   "first_call_s": round(first[impl], 2), "bypass_640": guarded, "cell_peak_mem_gib": peak,
+                   "timer": "cuda events" if run.device == "cuda" else "perf_counter (dry run)"}
+            if mode == "bwd":
+                row["bytes_with_states"] = counts["bwd_bytes_with_states"]
+            if run.ceilings.get("measured"):
+                fl = roofline_ms(flops, nbytes, run.ceilings["bf16_matmul_tflops"], run.ceilings["copy_tbps"])
+                row.update(floor_ms=fl, over_floor=med / fl, floor_basis="measured bf16 matmul + copy")
+            fs = roofline_ms(flops, nbytes, SPEC_H200["bf16_dense_tflops"], SPEC_H200["hbm_tbps"])
+            row.update(floor_spec_ms=fs, over_floor_spec=med / fs)
+            if impl == "fla" and run.policy is not None:
+                row["fla_autotune"] = {**run.policy.describe(), "tuned_at": run.meta.get("fla_tuned_at", {}).get(
+                    f"{member} V={V}"), "retune": a.fla_retune}
+            run.emit(row)
+            log(f"bench {impl:<5} {member:<4} V={V:<3} T={T:<5} B={B:<4} {mode:<7} median {med:8.3f} ms "
+                f"[{row['p10_ms']:.3f}, {row['p90_ms']:.3f}] n={len(xs)}"
+                + (f"  {row['over_floor']:.1f}x floor" if "over_floor" in row else ""))
+    del sets
+    if run.device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _time_impl(run: Run, fn, sets, scale):
+    """Warm-up, then reps x sets timed iterations; reps shrink to what the budget allows (>= --min-reps,
+    else nothing is timed). Returns ({"fwd", "bwd", "total"} -> ms lists, reps, seconds per iteration)."""
+    a = run.args
+    cuda = run.device == "cuda"
+
+    def once(leaves, do):
+        if cuda:
+            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+            e0.record()
+            o = fn(leaves, scale)
+            e1.record()
+            torch.autograd.grad(o, list(leaves.values()), do)
+            e2.record()
+            torch.cuda.synchronize()
+            return e0.elapsed_time(e1), e1.elapsed_time(e2), e0.elapsed_time(e2)
+        t0 = time.perf_counter()
+        o = fn(leaves, scale)
+        t1 = time.perf_counter()
+        torch.autograd.grad(o, list(leaves.values()), do)
+        t2 = time.perf_counter()
+        return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t2 - t0) * 1e3
+
+    w0 = time.perf_counter()
+    for i in range(max(1, a.warmup)):
+        once(*sets[i % len(sets)])
+    iter_s = (time.perf_counter() - w0) / max(1, a.warmup)
+    room = run.left() - a.reserve_s
+    reps = min(a.reps, int(room / max(iter_s * len(sets), 1e-6)))
+    samples = {"fwd": [], "bwd": [], "total": []}
+    if reps < min(a.min_reps, a.reps):
+        return samples, 0, iter_s
+    for _ in range(reps):
+        for leaves, do in sets:
+            f, b, t = once(leaves, do)
+            samples["fwd"].append(f)
+            samples["bwd"].append(b)
+            samples["total"].append(t)
+    return samples, reps, iter_s
+
+
+# ----------------------------------------------------------------------------------------------------------
+# summary
+
+
+def caveats(run: Run) -> list[str]:
+    out = []
+    p = run.policy
+    if p is not None:
+        n_tunes = len(p.events)
+        capped = [e for e in p.events if e["benchmarked"] < e["after_fla_prune"]]
+        bench_capped = [e for e in capped if e["phase"].startswith("bench")]
+        out.append(f"fla autotuning: {n_tunes} tunings; configs compiled in parallel threads before benchmarking "
+                   f"({'on' if p.parallel else 'off'}); each config benchmarked with do_bench warm-up/rep "
+                   f"{p.bench_ms[0]:g}/{p.bench_ms[1]:g} ms instead of Triton's 25/100 ms.")
+        if len(capped) > len(bench_capped):
+            out.append(f"part (a) ran fla with at most {run.args.fla_correct_configs} configs per autotuned kernel "
+                       f"({len(capped) - len(bench_capped)} tunings; nothing is timed there, and the bench "
+                       "re-tunes with the full lists); the tile config changes only fla's summation order.")
+        if bench_capped:
+            out.append(f"fla's bench tunings were CAPPED for {len(bench_capped)} kernels ({p.select} selection; "
+                       f"changes: {p.changes}): those kernels may run a config fla's full search would not pick, "
+                       "so fla's times there may be slower than its best (an upper bound on its best time).")
+        else:
+            out.append("fla's bench tunings searched its full config lists (no cap).")
+        out.append(f"fla re-tuning policy for the bench: {run.args.fla_retune} (fla's keys ignore T, and B "
+                   f"except in its cumsum kernels; shapes tuned at: {run.meta.get('fla_tuned_at', {})}).")
+        out.append("fla ran with FLA_DISABLE_BACKEND_DISPATCH=1 (pure Triton, no TileLang/FlashQLA) and its "
+                   "defaults otherwise (disable_recompute=False: its backward recomputes forward intermediates).")
+    used = sorted({r["member"] for r in run.rows if r.get("bypass_640")})
+    if used:
+        out.append(f"fla's #640 guard was bypassed (lethe.foreign.fla640.bypass) for: {used}; at K=128 the guarded "
+                   "kernel uses BK=128, the tile #640 reports clean; the correctness rows check it.")
+    out.append("ours: chunk_family(backend='triton'); times include its torch prologue/epilogue (float32 "
+               "conversions, chunk cumsum, gate products), its gradients are returned in the input dtype.")
+    return out
+
+
+def summarize(run: Run, complete: bool) -> dict:
+    corr = [r for r in run.rows if r["kind"] == "correct"]
+    bench = [r for r in run.rows if r["kind"] == "bench" and r.get("status") == "ok"]
+    by = {}
+    for r in bench:
+        by.setdefault((r["member"], r["V"], r["T"], r["mode"]), {})[r["impl"]] = r["median_ms"]
+    speed = [{"member": m, "V": V, "T": T, "mode": mode, **{f"{k}_ms": v for k, v in d.items()},
+              **({"fla_over_ours": d["fla"] / d["ours"]} if "fla" in d and "ours" in d else {})}
+             for (m, V, T, mode), d in sorted(by.items())]
+    doc = {
+        "schema": SCHEMA, "complete": complete, "seconds": round(time.perf_counter() - run.t0, 1),
+        "args": {k: v for k, v in vars(run.args).items()}, "meta": run.meta, "ceilings": run.ceilings,
+        "spec": SPEC_H200,
+        "correctness": [{k: r.get(k) for k in ("impl", "member", "V", "T", "status", "worst_rel_err",
+                                                "worst_tensor", "within_pin", "bypass_640", "errors", "error")}
+                        for r in corr],
+        "agreement": [{k: r.get(k) for k in ("member", "V", "T", "a", "b", "worst_rel_err", "worst_tensor")}
+                      for r in run.rows if r["kind"] == "agree"],
+        "bench_checks": [{k: r.get(k) for k in ("member", "V", "T", "vs_ours", "vs_float64_slice", "nonfinite")}
+                         for r in run.rows if r["kind"] == "bench_check"],
+        "speed": speed,
+        "skipped": [r for r in run.rows if r["kind"] == "skip"],
+        "errors": [{k: r.get(k) for k in ("kind", "impl", "member", "V", "T", "error")}
+                   for r in run.rows if r.get("status") == "error"],
+        "autotune": {"policy": run.policy.describe() if run.policy else None,
+                     "tunings": len(run.policy.events) if run.policy else 0,
+                     "precompile_s": round(sum(e["precompile_s"] for e in run.policy.events), 1) if run.policy else 0,
+                     "bench_s": round(sum(e["bench_s"] for e in run.policy.events
+                                          if e["bench_s"] == e["bench_s"]), 1) if run.policy else 0},
+        "caveats": caveats(run),
+    }
+    (run.out / "summary.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
+    return doc
+
+
+def print_summary(doc: dict) -> None:
+    print("\n=== (a) correctness: worst max-rel error vs float64 oracle ===")
+    for r in doc["correctness"]:
+        w = r.get("worst_rel_err")
+        print(f"{r['impl']:<6}{r['member']:<5} V={r['V']:<4} T={r['T']:<6} "
+              + (f"{w:.2e} ({r['worst_tensor']})" if w is not None else f"ERROR {str(r.get('error'))[:80]}")
+              + ("  [#640 bypass]" if r.get("bypass_640") else ""))
+    for r in doc["agreement"]:
+        print(f"agree {r['a']} vs {r['b']} {r['member']:<5} V={r['V']:<4} T={r['T']:<6} "
+              f"{r['worst_rel_err']:.2e} ({r['worst_tensor']})")
+    print("\n=== (b) timing: median ms ===")
+    for r in doc["speed"]:
+        ms = "  ".join(f"{k[:-3]} {v:8.3f}" for k, v in r.items() if k.endswith("_ms"))
+        print(f"{r['member']:<5} V={r['V']:<4} T={r['T']:<6} {r['mode']:<8} {ms}"
+              + (f"  fla/ours {r['fla_over_ours']:.2f}" if "fla_over_ours" in r else ""))
+    if doc["skipped"]:
+        print(f"\nskipped: {len(doc['skipped'])}: " + "; ".join(s["task"] for s in doc["skipped"][:10]))
+    print("\ncaveats:")
+    for c in doc["caveats"]:
+        print(" -", c)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# main
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--budget-s", type=float, default=480.0, help="no task starts past this (its estimate counts)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU, no fla: our Triton kernels on the interpreter and our torch path standing in for "
+                         "fla, float32, tiny sizes (K=16, chunk 16); exercises every code path and the outputs")
+    ap.add_argument("--parts", default="correct,bench")
+    ap.add_argument("--members", default="gdn,sgdn,kda,gla,ssd", help="members of (a); la is also available")
+    ap.add_argument("--bench-members", default="gdn,sgdn")
+    ap.add_argument("--dvs", default=None, help="d_v values (default 128,64; dry run 32,16)")
+    ap.add_argument("--lengths", default=None, help="(a) lengths (default 1024,4096; dry run 32,48)")
+    ap.add_argument("--bench-lengths", default=None, help="(b) lengths (default 4096,1024,16384,32768; the first "
+                                                          "is where fla re-tunes)")
+    ap.add_argument("--dk", type=int, default=None)
+    ap.add_argument("--chunk", type=int, default=None)
+    ap.add_argument("--batch", type=int, default=1, help="B of (a)")
+    ap.add_argument("--heads", type=int, default=2, help="H of (a) and (b) (the ladder's H=2)")
+    ap.add_argument("--head-tokens", type=int, default=None, help="B*H*T of (b) (default 2**20; dry run 256)")
+    ap.add_argument("--torch-head-tokens", type=int, default=None, help="B*H*T of our torch-path bench "
+                                                                        "(default 2**16; its [.., C, C, K] tensors)")
+    ap.add_argument("--dtype", default=None, help="bfloat16 (default) or float16; float32 in the dry run")
+    ap.add_argument("--g-dtype", default=None, help="dtype of g (default: same as --dtype)")
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--oracle-device", default=None)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--min-reps", type=int, default=3)
+    ap.add_argument("--sets", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--slice-check-max-t", type=int, default=16384)
+    ap.add_argument("--reserve-s", type=float, default=5.0, help="kept free when sizing the timing loops")
+    ap.add_argument("--no-torch-bench", action="store_true")
+    # fla autotuning
+    ap.add_argument("--fla-max-configs", type=int, default=0, help="0: all configs of every fla autotuner")
+    ap.add_argument("--fla-select", choices=("spread", "first"), default="spread")
+    ap.add_argument("--fla-precompile", choices=("parallel", "off"), default="parallel")
+    ap.add_argument("--fla-workers", type=int, default=min(16, os.cpu_count() or 1))
+    ap.add_argument("--fla-tune-bench-ms", default="5,20", help="do_bench warm-up,rep per config while tuning")
+    ap.add_argument("--fla-retune", choices=("once", "per-size"), default="once",
+                    help="once: re-tune per (op, d_v) at its first bench shape; per-size: at every bench shape")
+    ap.add_argument("--fla-correct-configs", type=int, default=2,
+                    help="configs per fla autotuner during (a), where speed is not measured (0: all)")
+    ap.add_argument("--fla-slow-tune-s", type=float, default=90.0)
+    ap.add_argument("--fla-fallback-configs", type=int, default=4,
+                    help="cap applied after a first fla call slower than --fla-slow-tune-s (0: never cap)")
+    # budget estimates (seconds)
+    ap.add_argument("--est-fla-tune-s", type=float, default=45.0, help="a full tuning of one op at one d_v")
+    ap.add_argument("--est-fla-correct-s", type=float, default=20.0, help="a capped tuning (part a)")
+    ap.add_argument("--est-fla-retune-s", type=float, default=10.0)
+    ap.add_argument("--est-ours-compile-s", type=float, default=25.0)
+    ap.add_argument("--est-bench-cell-s", type=float, default=15.0)
+    ap.add_argument("--est-precompile-s", type=float, default=60.0)
+    args = ap.parse_args(argv)
+    dry = args.dry_run
+    args.dvs = [int(x) for x in (args.dvs or ("32,16" if dry else "128,64")).split(",")]
+    args.lengths = [int(x) for x in (args.lengths or ("32,48" if dry else "1024,4096")).split(",")]
+    args.bench_lengths = [int(x) for x in (args.bench_lengths or ("64,32" if dry else "4096,1024,16384,32768"))
+                          .split(",")]
+    args.dk = args.dk or (16 if dry else 128)
+    args.chunk = args.chunk or (16 if dry else 64)
+    args.head_tokens = args.head_tokens or (256 if dry else 2**20)
+    args.torch_head_tokens = args.torch_head_tokens or (128 if dry else 2**16)
+    args.dtype = args.dtype or ("float32" if dry else "bfloat16")
+    args.g_dtype = args.g_dtype or args.dtype
+    args.members = [m for m in args.members.split(",") if m]
+    args.bench_members = [m for m in args.bench_members.split(",") if m]
+    args.parts = [p for p in args.parts.split(",") if p]
+    for m in args.members + args.bench_members:
+        if m not in MEMBERS:
+            raise SystemExit(f"unknown member {m!r}; expected one of {sorted(MEMBERS)}")
+    for p in args.parts:
+        if p not in ("correct", "bench"):
+            raise SystemExit(f"unknown part {p!r}")
+    w, r = (float(x) for x in args.fla_tune_bench_ms.split(","))
+    args.fla_tune_bench_ms = (w, r)
+    return args
+
+
+def setup_env(args) -> None:
+    """Environment that must be in place before Triton's kernels are decorated and fla is imported."""
+    os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
+    os.environ.setdefault("TRITON_CACHE_DIR", DEFAULT_TRITON_CACHE)
+    if args.dry_run:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    setup_env(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("fla_compare needs the GPU (use --dry-run on the CPU)")
+    impls = ("ours", "torch") if args.dry_run else ("ours", "fla")
+    run = Run(args=args, out=out, device=device, dtype=getattr(torch, args.dtype), g_dtype=getattr(torch, args.g_dtype),
+              K=args.dk, C=args.chunk, impls=impls)
+    run.ladder = _ladder()
+    (out / "rows.jsonl").touch()
+    meta = {"impls": list(impls), "device": device, "torch": torch.__version__,
+            "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+            "fla_disable_backend_dispatch": os.environ.get("FLA_DISABLE_BACKEND_DISPATCH")}
+    if not args.dry_run:
+        policy = FlaAutotunePolicy(max_configs=args.fla_max_configs, select=args.fla_select,
+                                   workers=args.fla_workers, bench_ms=args.fla_tune_bench_ms,
+                                   parallel=args.fla_precompile == "parallel", sink=run.emit)
+        policy.install()  # before fla's modules build their autotuners
+        run.policy = policy
+        try:
+            import fla
+            import triton
+
+            from lethe.foreign import fla640
+            fla640.check_guard_target()
+            meta.update(fla=getattr(fla, "__version__", None), fla_path=str(Path(fla.__file__).parent),
+                        triton=triton.__version__, guard_state=fla640.guard_state(),
+                        gpu=torch.cuda.get_device_name(0), capability=list(torch.cuda.get_device_capability(0)),
+                        fla_dispatch_disabled=bool(__import__("fla.backends", fromlist=["x"])._DISPATCH_DISABLED))
+            for m in MEMBERS:  # import every op up front: all of fla's autotuners exist before any tuning
+                fla_fn(m)
+            meta["fla_autotuners"] = len(policy.tuners)
+        except Exception as exc:
+            raise SystemExit(f"fla is not importable ({exc}); install the carried wheel (docs/gdn.md §8)") from exc
+        wheel = ROOT / ".whl" / "fla_core-0.6.0-py3-none-any.whl"
+        if wheel.exists():
+            try:
+                from lethe.foreign import fla640
+
+                meta["guard_static_facts"] = fla640.static_guard_facts(wheel)
+            except Exception as exc:  # noqa: BLE001
+                meta["guard_static_facts"] = {"error": str(exc)[:200]}
+    run.meta = meta
+    from lethe import provenance
+
+    prov = dict(experiment="gdn_fla_compare", dry_run=args.dry_run, budget_s=args.budget_s, fla=meta.get("fla"))
+    provenance.write(out / "provenance.json", **prov)
+    run.emit({"kind": "meta", **meta, "args": vars(args)})
+    log(f"device {device}, impls {impls}, budget {args.budget_s:.0f} s, fla {meta.get('fla')}, "
+        f"triton cache {meta['triton_cache_dir']}")
+
+    def on_signal(signum, frame):
+        raise BudgetKill(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    if hasattr(signal, "SIGALRM"):
+        signal.signal(signal.SIGALRM, on_signal)
+        signal.alarm(int(args.budget_s + 10))
+    tasks = plan(args.members, args.bench_members, args.dvs, args.lengths, args.bench_lengths, args.parts,
+                 torch_bench=not args.no_torch_bench)
+
+    complete = False
+    try:
+        for task in tasks:
+            est = estimate_s(run, task)
+            if run.left() < est:
+                run.emit({"kind": "skip", "task": task.name, "reason": "budget", "left_s": round(run.left(), 1),
+                          "estimate_s": est})
+                log(f"skip {task.name}: {run.left():.0f} s left < estimate {est:.0f} s")
+                continue
+            log(f"start {task.name} ({run.left():.0f} s left, estimate {est:.0f} s)")
+            t0 = time.perf_counter()
+            try:
+                run_task(run, task)
+            except torch.cuda.OutOfMemoryError as exc:
+                run.emit({"kind": "task_error", "task": task.name, "error": f"OOM: {exc}"[:400]})
+                if device == "cuda":
+                    torch.cuda.empty_cache()
+            except BudgetKill:
+                raise
+            except Exception as exc:  # noqa: BLE001 - one broken task does not end the run
+                run.emit({"kind": "task_error", "task": task.name, "error": f"{type(exc).__name__}: {exc}"[:600],
+                          "trace": traceback.format_exc()[-2000:]})
+                log(f"task error {task.name}: {exc}")
+            run.emit({"kind": "task_done", "task": task.name, "seconds": round(time.perf_counter() - t0, 1)})
+            summarize(run, complete=False)
+        complete = True
+    except BudgetKill as exc:
+        run.emit({"kind": "killed", "reason": str(exc), "left_s": round(run.left(), 1)})
+        log(f"stopped: {exc}")
+    finally:
+        if hasattr(signal, "SIGALRM"):
+            signal.alarm(0)
+        if run.policy is not None:
+            run.policy.uninstall()
+    doc = summarize(run, complete=complete)
+    provenance.write(out / "provenance.json", **prov, seconds=doc["seconds"], complete=complete,
+                     fla_autotune=doc["autotune"]["policy"])
+    print_summary(doc)
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,324 @@
+"""experiments/gdn/fla_compare.py on the CPU: FLOP/byte counting, config selection, the plan and its budget,
+the autotune patch's mechanics, the output schema (a --dry-run end to end with our interpreter kernels and our
+torch path standing in for fla), and experiments/gdn/triton_aot.py's launch configurations.
+
+fla itself cannot run here (its autotuner needs a GPU driver even under TRITON_INTERPRET), so the fla-specific
+calls are exercised only on the H200.
+"""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"gdn_exp_{name}", ROOT / "experiments" / "gdn" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses resolve string annotations through sys.modules
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def fc():
+    return _load("fla_compare")
+
+
+# ---------------------------------------------------------------------------------------------- counting
+
+
+def _products(erase, C, K, V):
+    """The matrix products of docs/gdn.md §2, listed one by one as (m, n, k): an independent tally."""
+    fwd = [(C, C, K), (C, K, C), (C, V, C), (C, V, K), (K, V, C), (C, C, K), (C, V, K), (C, V, C)] if erase else [
+        (K, V, C), (C, C, K), (C, V, K), (C, V, C)]
+    # forward, erase: A, W = T X, U~ = T U, delta = U~ - W S, S += Kend^T delta, P, Qg S, P delta
+    bwd_common = [(C, V, C),  # d delta = P^T dO
+                  (C, V, K),  # + Kend dS
+                  (K, V, C),  # dS += Qg^T dO
+                  (C, C, V),  # dP = dO delta^T
+                  (C, K, V),  # d(qG) = dO S^T
+                  (C, K, V),  # dKend = delta dS^T
+                  (C, K, C),  # dQg += dP Kg
+                  (C, K, C)]  # dKg = dP^T Qg
+    bwd_erase = [(K, V, C),  # dS -= W^T d delta
+                 (C, K, V),  # dW = -d delta S^T
+                 (C, C, K), (C, C, V),  # dT = dW X^T + d delta U^T
+                 (C, K, C),  # dX = T^T dW
+                 (C, V, C),  # dU = T^T d delta
+                 (C, C, C), (C, C, C),  # dA = -T^T dT T^T
+                 (C, K, C), (C, K, C)]  # dX += dA Kg, dKg += dA^T X
+    bwd = bwd_common + (bwd_erase if erase else [])
+    tally = lambda ps: sum(2 * m * n * k for m, n, k in ps)  # noqa: E731
+    return tally(fwd) + ((2 * C**3) // 3 if erase else 0), tally(bwd)
+
+
+@pytest.mark.parametrize("erase", [True, False])
+@pytest.mark.parametrize("C,K,V", [(64, 128, 128), (64, 128, 64), (16, 32, 16)])
+def test_chunk_flops_match_the_product_list(fc, erase, C, K, V):
+    fwd, bwd = _products(erase, C, K, V)
+    got = fc.chunk_flops(erase, C, K, V)
+    assert got == {"fwd": fwd, "bwd": bwd}
+
+
+def test_chunk_flops_hand_value(fc):
+    # GDN, d_k = d_v = 128, chunk 64: 8 C^2 V + 12 C K V + 12 C^2 K + 4 C^3
+    assert fc.chunk_flops(True, 64, 128, 128)["bwd"] == 24_117_248
+
+
+def test_counts_scale_with_heads_and_pad_to_chunks(fc):
+    one = fc.chunk_counts("gdn", 1, 1, 64, 128, 128)
+    assert one["chunks"] == 1 and one["bwd_flops"] == 24_117_248
+    big = fc.chunk_counts("gdn", 3, 2, 64 * 5, 128, 128)
+    assert big["chunks"] == 30 and big["bwd_flops"] == 30 * one["bwd_flops"]
+    assert big["bwd_bytes"] == 30 * one["bwd_bytes"]
+    pad = fc.chunk_counts("gdn", 1, 1, 65, 128, 128)  # FLOPs of two whole chunks, bytes of 65 real steps
+    assert pad["chunks"] == 2 and pad["bwd_flops"] == 2 * one["bwd_flops"]
+    assert pad["bwd_bytes"] == one["bwd_bytes"] * 65 // 64
+
+
+def test_minimal_bytes_by_hand(fc):
+    c = fc.chunk_counts("gdn", 1, 1, 64, 128, 128, in_bytes=2)
+    # inputs q, k, g, b (K) and v, w (V): 768 elements per step; backward reads them + dO, writes 768 grads
+    assert c["bwd_bytes"] == 64 * (768 + 128 + 768) * 2 == 212_992
+    assert c["fwd_bytes"] == 64 * (768 + 128) * 2 == 114_688
+    assert c["bwd_bytes_with_states"] == 212_992 + 3 * 128 * 128 * 4
+    s = fc.chunk_counts("sgdn", 1, 1, 64, 128, 128, in_bytes=2)  # q, k (K), v (V), g and beta scalar per step
+    assert s["bwd_bytes"] == 64 * (2 * (128 + 128 + 128 + 1 + 1) + 128) * 2
+    la = fc.chunk_counts("la", 1, 1, 64, 128, 64)
+    assert la["bwd_flops"] == fc.chunk_flops(False, 64, 128, 64)["bwd"]
+
+
+def test_roofline_and_quantile(fc):
+    assert fc.roofline_ms(1e12, 1e9, 1000.0, 1.0) == pytest.approx(1.0)  # compute-bound: 1 ms
+    assert fc.roofline_ms(1e9, 4e12, 1000.0, 4.0) == pytest.approx(1000.0)  # memory-bound: 1 s
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert fc.quantile(xs, 0.5) == 3.0 and fc.quantile(xs, 0.0) == 1.0 and fc.quantile(xs, 1.0) == 5.0
+    assert fc.quantile(xs, 0.1) == pytest.approx(1.4)  # numpy's linear interpolation
+    assert fc.bench_batch(2**20, 2, 1024) == 512 and fc.bench_batch(2**20, 2, 32768) == 16
+    assert fc.bench_batch(10, 2, 1024) == 1
+
+
+def test_select_configs(fc):
+    cfgs = list(range(10))
+    assert fc.select_configs(cfgs, 0) == cfgs and fc.select_configs(cfgs, 20) == cfgs
+    assert fc.select_configs(cfgs, 3, "first") == [0, 1, 2]
+    assert fc.select_configs(cfgs, 2) == [0, 9]
+    assert fc.select_configs(cfgs, 4) == [0, 3, 6, 9]
+    assert fc.select_configs(cfgs, 1) == [0]
+    with pytest.raises(ValueError):
+        fc.select_configs(cfgs, 2, "best")
+
+
+# ---------------------------------------------------------------------------------------------- plan, args
+
+
+def test_gpu_defaults(fc):
+    a = fc.parse_args(["--out", "x"])
+    assert a.dvs == [128, 64] and a.lengths == [1024, 4096] and a.bench_lengths == [4096, 1024, 16384, 32768]
+    assert (a.dk, a.chunk, a.head_tokens, a.dtype, a.g_dtype, a.heads) == (128, 64, 2**20, "bfloat16", "bfloat16", 2)
+    assert a.members == ["gdn", "sgdn", "kda", "gla", "ssd"] and a.bench_members == ["gdn", "sgdn"]
+    assert a.fla_tune_bench_ms == (5.0, 20.0) and a.fla_max_configs == 0 and a.fla_retune == "once"
+    with pytest.raises(SystemExit):
+        fc.parse_args(["--out", "x", "--members", "mamba"])
+    d = fc.parse_args(["--out", "x", "--dry-run"])
+    assert (d.dk, d.chunk, d.dtype, d.dvs) == (16, 16, "float32", [32, 16])
+
+
+def test_plan_priority(fc):
+    a = fc.parse_args(["--out", "x"])
+    tasks = fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)
+    names = [t.name for t in tasks]
+    assert names[:2] == ["ceilings", "precompile 0"]
+    # (a) core first: gdn and sgdn, both d_v, short length, then the long length
+    assert names[2:6] == ["correct gdn V=128 T=1024", "correct gdn V=64 T=1024", "correct sgdn V=128 T=1024",
+                          "correct sgdn V=64 T=1024"]
+    first_bench = names.index("bench gdn V=128 T=4096")
+    assert all(n.startswith("correct") for n in names[2:first_bench])
+    assert "correct kda V=128 T=1024" in names[:first_bench] and "correct kda V=64 T=1024" in names[first_bench:]
+    bench = [n for n in names if n.startswith("bench ")]
+    assert bench[:4] == [f"bench gdn V=128 T={T}" for T in (4096, 1024, 16384, 32768)]
+    assert bench[4].startswith("bench sgdn V=128") and bench[8].startswith("bench gdn V=64")
+    assert names[-1].startswith("bench_torch") and len(names) == len(set(names))
+    combos = fc.ours_combos(tasks)
+    assert (True, 128, 32768) in combos and (False, 128, 1024) in combos and (False, 128, 32768) not in combos
+    # our kernels are compiled in two batches: what runs first, then (before the d_v = 64 sweep) the rest
+    assert names[names.index("bench gdn V=64 T=4096") - 1] == "precompile 1"
+    p0, p1 = (t.combos for t in tasks if t.kind == "precompile")
+    assert (True, 128, 32768) in p0 and (True, 64, 1024) in p0 and (True, 64, 32768) not in p0
+    assert (True, 64, 32768) in p1 and (False, 64, 1024) in p1 and set(p0) | set(p1) == set(combos)
+
+
+# ---------------------------------------------------------------------------------------------- autotune patch
+
+
+def test_autotune_policy_registers_only_fla_tuners_and_resets(fc):
+    import triton
+    from triton.runtime.autotuner import Autotuner
+
+    orig = (Autotuner.__init__, Autotuner.prune_configs, Autotuner.run)
+    events = []
+    policy = fc.FlaAutotunePolicy(sink=events.append)
+    policy.install()
+    try:
+        tuned = triton.autotune(configs=[triton.Config({"BLOCK": b}) for b in (16, 32, 64)], key=["x_ptr"])(
+            triton.jit(_fake_fla_kernel))
+        mine = triton.autotune(configs=[triton.Config({"BLOCK": 16})], key=[])(triton.jit(_not_fla_kernel))
+        assert policy.tuners == [tuned] and mine not in policy.tuners
+        tuned.cache[("k",)] = tuned.configs[0]
+        tuned.cache_results = True
+        assert policy.reset("test") == 1 and tuned.cache == {} and tuned.cache_results is False
+        assert events[-1]["kind"] == "autotune_reset"
+        # the cap is applied inside prune_configs, to fla's tuners only
+        policy.set_max_configs(2, "test")
+        tuned.nargs = {}
+        policy.parallel = False
+        assert [c.kwargs["BLOCK"] for c in tuned.prune_configs({})] == [16, 64]
+        assert tuned._lethe_event["declared"] == 3 and tuned._lethe_event["benchmarked"] == 2
+        assert len(mine.prune_configs({})) == 1
+        assert events[-1]["kind"] == "autotune_policy_change" and policy.describe()["max_configs"] == 2
+    finally:
+        policy.uninstall()
+    assert (Autotuner.__init__, Autotuner.prune_configs, Autotuner.run) == orig
+
+
+def _not_fla_kernel(x_ptr, BLOCK: "tl.constexpr"):  # noqa: F821 - annotation only, never compiled
+    pass
+
+
+def _fake_fla_kernel(x_ptr, BLOCK: "tl.constexpr"):  # noqa: F821
+    pass
+
+
+_fake_fla_kernel.__module__ = "fla.ops.fake"  # what the policy keys on: kernels defined in fla.* modules
+
+
+# ---------------------------------------------------------------------------------------------- end to end
+
+
+def _rows(out):
+    return [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+
+
+def _env(monkeypatch, tmp_path):
+    """main() sets these process-wide; pin them here so the test leaves the environment as it found it."""
+    monkeypatch.setenv("LETHE_GIT_SHA", "0" * 40)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    monkeypatch.setenv("FLA_DISABLE_BACKEND_DISPATCH", "1")
+
+
+def test_dry_run_end_to_end(fc, tmp_path, monkeypatch):
+    _env(monkeypatch, tmp_path)
+    doc = fc.main(["--dry-run", "--out", str(tmp_path), "--members", "gdn,sgdn", "--bench-members", "gdn",
+                   "--dvs", "16", "--lengths", "48", "--bench-lengths", "32", "--head-tokens", "64", "--reps", "1",
+                   "--sets", "1", "--warmup", "1", "--no-torch-bench"])
+    rows = _rows(tmp_path)
+    assert all(r["schema"] == "lethe.gdn.fla_compare/1" for r in rows)
+    kinds = [r["kind"] for r in rows]
+    assert kinds[0] == "meta" and {"ceilings", "precompile", "correct", "agree", "bench_check", "bench"} <= set(kinds)
+    corr = [r for r in rows if r["kind"] == "correct"]
+    assert {(r["impl"], r["member"]) for r in corr} == {(i, m) for i in ("ours", "torch") for m in ("gdn", "sgdn")}
+    for r in corr:  # float32 on the interpreter: within float32 rounding of the float64 oracle
+        assert r["status"] == "ok" and r["worst_rel_err"] < 1e-5 and r["within_pin"]
+        assert set(r["errors"]) == {"o"} | {"d" + n for n in fc.MEMBERS[r["member"]]["leaves"]}
+    assert {"dbeta", "dg"} <= set(next(r for r in corr if r["member"] == "sgdn")["errors"])
+    chk = next(r for r in rows if r["kind"] == "bench_check")
+    assert chk["vs_ours"]["impl"] == "torch" and chk["vs_ours"]["worst_rel_err"] < 1e-5
+    assert chk["vs_float64_slice"]["ours"]["worst_rel_err"] < 1e-5
+    bench = [r for r in rows if r["kind"] == "bench"]
+    assert {(r["impl"], r["mode"]) for r in bench} == {(i, m) for i in ("ours", "torch")
+                                                       for m in ("bwd", "fwd", "fwd+bwd")}
+    for r in bench:
+        assert r["median_ms"] > 0 and r["p10_ms"] <= r["median_ms"] <= r["p90_ms"] and r["n"] == 1
+        assert r["flops"] > 0 and r["bytes"] > 0 and r["floor_spec_ms"] > 0 and r["B"] == 1
+    assert doc["complete"] and not doc["errors"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["complete"] and len(summary["speed"]) == 3
+    assert json.loads((tmp_path / "provenance.json").read_text())["git_sha"] == "0" * 40
+
+
+def test_budget_skips_are_recorded(fc, tmp_path, monkeypatch):
+    _env(monkeypatch, tmp_path)
+    doc = fc.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "0", "--members", "gdn", "--dvs", "16",
+                   "--lengths", "32", "--bench-lengths", "32"])
+    rows = _rows(tmp_path)
+    skips = [r for r in rows if r["kind"] == "skip"]
+    assert skips and all(r["reason"] == "budget" for r in skips)
+    assert not [r for r in rows if r["kind"] in ("correct", "bench")]
+    assert doc["complete"] and len(doc["skipped"]) == len(skips)
+
+
+# ---------------------------------------------------------------------------------------------- triton_aot
+
+
+_RECORD = """
+import json, sys
+sys.path[:0] = [{root!r}, {root!r} + "/src"]
+sys.argv = ["x"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("triton_aot", {root!r} + "/experiments/gdn/triton_aot.py")
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+import torch
+out = []
+for erase in (True, False):
+    for V in (64, 128):
+        for rec in m.record_wrapper_launches(128, V, 64, torch.bfloat16, erase=erase):
+            out.append(dict(kernel=rec.jit.fn.__name__, V=V, erase=erase, **m.launch_config(rec)))
+print(json.dumps(out))
+"""
+
+
+def test_wrapper_launch_configs_at_dk128():
+    """What the wrappers launch at d_k = 128 (recorded, nothing compiled): num_stages=1 everywhere (Triton's
+    default 3 is what overflowed shared memory) and the block sizes of the documented table."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _RECORD.format(root=str(ROOT))], capture_output=True, text=True,
+                         env=env, timeout=300, check=True)
+    launches = json.loads(res.stdout.strip().splitlines()[-1])
+    assert all(r["num_stages"] == 1 for r in launches)
+    got = {(r["kernel"], r["V"], r["erase"]): (r.get("BV"), r["num_warps"]) for r in launches}
+    for V in (64, 128):
+        assert got[("wy_fwd_kernel", V, True)] == (None, 8)
+        assert got[("state_fwd_kernel", V, True)] == (32, 4)
+        assert got[("output_fwd_kernel", V, True)] == (64, 8)
+        assert got[("state_bwd_kernel", V, True)] == (32, 8)
+        assert got[("intra_bwd_kernel", V, True)] == (32, 8)
+        assert ("wy_fwd_kernel", V, False) not in got  # no erase: no triangular solve
+    assert {r["PREC"] for r in launches if r["kernel"] == "intra_bwd_kernel"} == {"tf32"}
+
+
+@pytest.mark.slow
+def test_backward_kernels_fit_sm90a_at_dk128(tmp_path):
+    """Compile the two backward kernels for sm_90a at d_k = 128, d_v = 128 (the largest tiles) and check the
+    H200's limits (a few compiles: tens of seconds on 2 cores)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["LETHE_GIT_SHA"] = "0" * 40
+    out = tmp_path / "aot.json"
+    subprocess.run([sys.executable, str(ROOT / "experiments/gdn/triton_aot.py"), "--dvs", "128", "--dtypes",
+                    "bfloat16", "--variants", "erase", "--kernels", "state_bwd_kernel,intra_bwd_kernel", "--json",
+                    str(out)], env=env, timeout=900, check=True, capture_output=True)
+    doc = json.loads(out.read_text())
+    assert doc["all_fit"] and len(doc["rows"]) == 2
+    for r in doc["rows"]:
+        assert r["error"] is None and r["shared_bytes"] <= 232_448 and r["registers"] <= 255
+
+
+def test_caveats_separate_correctness_caps_from_bench_caps(fc, tmp_path):
+    args = fc.parse_args(["--out", str(tmp_path)])
+    run = fc.Run(args=args, out=tmp_path, device="cpu", dtype=None, g_dtype=None, K=128, C=64, impls=("ours", "fla"))
+    run.policy = fc.FlaAutotunePolicy()
+    ev = lambda phase, n, of: {"phase": phase, "benchmarked": n, "after_fla_prune": of}  # noqa: E731
+    run.policy.events = [ev("correct gdn V=128 T=1024", 2, 18), ev("bench gdn V=128 T=4096", 18, 18)]
+    text = " ".join(fc.caveats(run))
+    assert "part (a) ran fla with at most 2 configs" in text and "searched its full config lists" in text
+    assert "CAPPED" not in text
+    run.policy.events.append(ev("bench sgdn V=128 T=4096", 4, 18))
+    run.rows.append({"member": "sgdn", "bypass_640": True})
+    text = " ".join(fc.caveats(run))
+    assert "CAPPED for 1 kernels" in text and "bypassed" in text and "['sgdn']" in text
