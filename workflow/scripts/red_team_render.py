@@ -12,4 +12,4 @@ smk = snakemake  # noqa: F821 - injected by Snakemake
 suite = smk.params.suite
 summary = json.loads(Path(smk.input.summary).read_text())
 render(suite, load_suite(suite), read_rows(smk.input.rows), read_loose(smk.input.loose),
-       smk.output.md, smk.output.tex, run_info=summary.get("run"))
+       smk.output.md, smk.output.tex, run_info=summary.get("run"), label_suffix=smk.params.get("label_suffix", ""))

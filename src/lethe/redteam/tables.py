@@ -150,13 +150,17 @@ POSITIVE_COLUMNS = [("kernel", "Kernel"), ("language", "Lang.")] + [(g, g) for g
 
 def render(suite: str, kernels: Sequence[Kernel], rows: Sequence[Mapping[str, Any]],
            loose: Sequence[Mapping[str, Any]], md_path: str | Path, tex_path: str | Path,
-           run_info: Mapping[str, Any] | None = None) -> None:
-    """Write the suite's table as Markdown and LaTeX (byte-deterministic: no times, no hosts)."""
+           run_info: Mapping[str, Any] | None = None, label_suffix: str = "") -> None:
+    """Write the suite's table as Markdown and LaTeX (byte-deterministic: no times, no hosts). A run that did
+    not reach every kernel (``run_info["partial"]``) says which kernels are missing and why."""
     from lethe.render.tables import render_table
 
     recs = build_records(suite, kernels, rows, loose)
     info = dict(run_info or {})
     where = f"profile {info.get('profile', 'strict')}, device {info.get('device', '?')}, seed {info.get('seed', '?')}"
+    missing = []
+    if info.get("partial") and info.get("not_run"):
+        missing = [f"Partial run: not run here: {', '.join(info['not_run'])} ({info.get('why_not_run', '')})."]
     if suite == "red_team":
         s = summarise(suite, kernels, rows, loose)
         caption = (f"Red team: {s['n_caught']}/{s['n_kernels']} deliberately broken kernels caught by every gate "
@@ -167,8 +171,8 @@ def render(suite: str, kernels: Sequence[Kernel], rows: Sequence[Mapping[str, An
             "KernelBench loose check: torch.allclose(atol=rtol=1e-2), five trials, fixed shapes, fp32 "
             "(lethe.kernelbench.check, paper-era commit 48642c5c), measured on the same machine.",
         ]
-        render_table(red_team_table_rows(recs), RED_TEAM_COLUMNS, caption, "tab:red-team", md_path, tex_path,
-                     notes=notes)
+        render_table(red_team_table_rows(recs), RED_TEAM_COLUMNS, caption, "tab:red-team" + label_suffix, md_path,
+                     tex_path, notes=notes + missing)
     else:
         n_pass = sum(r["verdict"] == "pass" for r in recs)
         caption = (f"Positive control: {n_pass}/{len(recs)} independently verified kernels pass every "
@@ -178,4 +182,5 @@ def render(suite: str, kernels: Sequence[Kernel], rows: Sequence[Mapping[str, An
                  "Each kernel is first checked against its own hand-derived float64 formula "
                  "(tests/redteam/test_positive_control.py)."]
         table = [{k: r[k] for k in ["kernel", "language", *GATE_IDS, "verdict"]} for r in recs]
-        render_table(table, POSITIVE_COLUMNS, caption, "tab:positive-control", md_path, tex_path, notes=notes)
+        render_table(table, POSITIVE_COLUMNS, caption, "tab:positive-control" + label_suffix, md_path, tex_path,
+                     notes=notes + missing)
