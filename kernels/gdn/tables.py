@@ -1,4 +1,4 @@
-"""Paper tables of the GDN ladder and of the family training, built from the committed results/gdn/*.json.
+"""Paper tables of the GDN ladder, the family training and the fla comparison (committed results/gdn/).
 
 Pure functions from the JSON payloads to rows, then :func:`lethe.render.tables.render_table` for the
 Markdown / LaTeX pair; nothing machine- or time-dependent reaches the output.
@@ -119,3 +119,163 @@ def render_training(train: dict, md_path, tex_path):
     return render_table(training_rows(train), TRAINING_COLUMNS,
                         "Training every family member through one chunked backward (H200).",
                         "tab:gdn-training", md_path, tex_path, notes)
+
+
+# ------------------------------------------------------------------------ fla 0.6.0 against our path (H200)
+_FLA_MEMBER_NOTE = {
+    "gdn": "gdn: fla chunk_gdn2 vs ours member gdn (per-channel g, b, w)",
+    "sgdn": "sgdn (scalar-gate GDN): fla chunk_gated_delta_rule vs ours member kda with g broadcast over d_k",
+    "kda": "kda: fla chunk_kda vs ours member kda",
+    "gla": "gla: fla chunk_gla vs ours member gla",
+    "ssd": "ssd: fla chunk_simple_gla with a scalar g vs ours member ssd",
+    "la": "la: fla chunk_simple_gla(g=None) vs ours member la",
+}
+
+
+def _errcell(err, tensor) -> str | None:
+    return None if err is None else f"{err:.2e} ({tensor})"
+
+
+def fla_compare_pin(rows: list[dict]) -> float:
+    """The end-to-end pin the run judged against, read from its correctness rows (one value, or an error)."""
+    pins = {r["pin"] for r in rows if r.get("kind") == "correct" and "pin" in r}
+    if len(pins) != 1:
+        raise ValueError(f"expected one pin in the correctness rows, got {sorted(pins)}")
+    return pins.pop()
+
+
+def fla_compare_rows(summary: dict, pin: float) -> list[dict]:
+    """One row per completed (member, d_v, T) cell of ``experiments/gdn/fla_compare.py`` part (a).
+
+    ``ours``/``fla``: worst max-relative error over o and every input gradient against the float64 oracle;
+    ``agree``: fla against ours (max|fla - ours| / max|ours|). Within-pin flags are recomputed from the worst
+    error and ``pin``; a cell whose run failed shows no number and ``status`` says why.
+    """
+    members = list(summary["args"]["members"])
+    corr = {(r["member"], r["V"], r["T"], r["impl"]): r for r in summary["correctness"]}
+    agree = {(r["member"], r["V"], r["T"]): r for r in summary["agreement"]
+             if (r.get("a"), r.get("b")) == ("fla", "ours")}
+    order = {m: i for i, m in enumerate(members)}
+    cells = sorted({k[:3] for k in corr}, key=lambda k: (order.get(k[0], len(order)), k[1], k[2]))
+    rows = []
+    for m, v, t in cells:
+        row = {"member": m, "V": v, "T": t}
+        for impl in ("ours", "fla"):
+            r = corr.get((m, v, t, impl)) or {}
+            ok = r.get("status") == "ok"
+            err = r.get("worst_rel_err") if ok else None
+            row[impl] = err
+            row[f"{impl}_tensor"] = r.get("worst_tensor") if ok else None
+            row[f"{impl}_o"] = (r.get("errors") or {}).get("o") if ok else None
+            row[f"{impl}_cell"] = (_errcell(err, row[f"{impl}_tensor"]) if ok
+                                   else (r.get("status") or "not run"))
+            row[f"{impl}_pin"] = None if err is None else bool(err <= pin)
+        a = agree.get((m, v, t)) or {}
+        row["agree"] = a.get("worst_rel_err")
+        row["agree_tensor"] = a.get("worst_tensor")
+        row["agree_cell"] = _errcell(row["agree"], row["agree_tensor"])
+        row["bypass_640"] = bool((corr.get((m, v, t, "fla")) or {}).get("bypass_640"))
+        rows.append(row)
+    return rows
+
+
+FLA_COMPARE_COLUMNS = [
+    Column("member", "Member", align="l"),
+    Column("V", "d_v", "{:d}"),
+    Column("T", "T", "{:,}"),
+    Column("ours_cell", "Ours vs oracle", align="r"),
+    Column("fla_cell", "fla vs oracle", align="r"),
+    Column("agree_cell", "fla vs ours", align="r"),
+    Column("ours_pin", "Ours within pin", align="c"),
+    Column("fla_pin", "fla within pin", align="c"),
+    Column("bypass_640", "fla #640 bypass", align="c"),
+]
+
+
+def _worst(rows: list[dict], key: str) -> dict | None:
+    have = [r for r in rows if r[key] is not None]
+    return max(have, key=lambda r: r[key]) if have else None
+
+
+def _where(r: dict, key: str) -> str:
+    return f"{r[key]:.2e} ({r['member']}, d_v={r['V']}, T={r['T']}, {r[key + '_tensor']})"
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.2e}" if lo == hi else f"{lo:.2e} to {hi:.2e}"
+
+
+def fla_compare_headline(summary: dict, pin: float) -> dict:
+    """Headline figures: worst per implementation over all cells and per member; within-pin counts."""
+    rows = fla_compare_rows(summary, pin)
+    per_member = {}
+    for m in dict.fromkeys(r["member"] for r in rows):
+        mr = [r for r in rows if r["member"] == m]
+        per_member[m] = {k: _worst(mr, k) for k in ("ours", "fla", "agree")}
+    return {
+        "cells": len(rows),
+        "worst": {k: _worst(rows, k) for k in ("ours", "fla", "agree")},
+        "within_pin": {k: sum(bool(r[f"{k}_pin"]) for r in rows) for k in ("ours", "fla")},
+        "per_member": per_member,
+    }
+
+
+def fla_guard_refused(rows: list[dict]) -> bool | None:
+    """Whether fla's #640 guard refused the probe call made without the bypass (None: no probe was made)."""
+    probes = [r for r in rows if r.get("kind") == "guard_probe"]
+    return any(bool(r.get("refused")) for r in probes) if probes else None
+
+
+def render_fla_compare(summary: dict, provenance: dict, rows_jsonl: list[dict], md_path, tex_path):
+    """``paper/tables/gdn_fla_compare.{md,tex}`` from the committed results/gdn/fla_compare/ files."""
+    a, meta = summary["args"], summary["meta"]
+    pin = fla_compare_pin(rows_jsonl)
+    refused = fla_guard_refused(rows_jsonl)
+    rows = fla_compare_rows(summary, pin)
+    head = fla_compare_headline(summary, pin)
+    planned = len(a["members"]) * len(a["dvs"]) * len(a["lengths"])
+    skipped = [s["task"] for s in summary.get("skipped", []) if s.get("kind") == "skip"]
+    skipped_cells = [t.removeprefix("correct ").replace(" V=", " d_v=").replace(" T=", ", T=")
+                     for t in skipped if t.startswith("correct ")]
+    other_skipped = [t for t in skipped if not t.startswith("correct ")]
+    timed = bool(summary.get("speed"))
+    dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(a["dtype"], a["dtype"])
+    caption = (
+        f"fla {meta['fla']} against our Triton chunked path, both against the float64 oracle ({dtype}, "
+        f"d_k={a['dk']}, chunk {a['chunk']}, B={a['batch']}, H={a['heads']}; {meta['gpu']}, driver "
+        f"{provenance.get('driver', '?')}, torch {meta['torch']}, Triton {meta['triton']}). "
+        f"{len(rows)} of {planned} planned correctness cells ran; {planned - len(rows)} cells"
+        + (" and all timing were not run." if not timed else " were not run.")
+    )
+    w = head["worst"]
+    notes = [
+        "Relative error = max|x - ref| / max|ref| per tensor over the output o and every input gradient (the "
+        "ladder's metric); each cell shows the worst tensor. Oracle: float64 recurrent loop on the same "
+        f"rounded {dtype} inputs. fla vs ours = max|fla - ours| / max|ours|.",
+        f"Pin: {pin:.0e} end to end (the paper's; reported, not enforced on fla). Within it: ours "
+        f"{head['within_pin']['ours']} of {len(rows)} cells, fla {head['within_pin']['fla']} of {len(rows)}.",
+        "Worst over the cells: ours " + (_where(w["ours"], "ours") if w["ours"] else "none")
+        + "; fla " + (_where(w["fla"], "fla") if w["fla"] else "none")
+        + "; fla vs ours " + (_where(w["agree"], "agree") if w["agree"] else "none") + ".",
+        "Output o against the oracle: ours " + _span([r["ours_o"] for r in rows if r["ours_o"] is not None])
+        + "; fla " + ", ".join(
+            f"{m} {_span([r['fla_o'] for r in rows if r['member'] == m and r['fla_o'] is not None])}"
+            for m in dict.fromkeys(r["member"] for r in rows)
+            if any(r["member"] == m and r["fla_o"] is not None for r in rows)) + ".",
+        "; ".join(_FLA_MEMBER_NOTE.get(m, m) for m in dict.fromkeys(r["member"] for r in rows)) + ".",
+        "#640 bypass: fla's guard refuses chunk_gated_delta_rule and chunk_simple_gla on Hopper with "
+        "Triton < 3.7.1"
+        + {True: " (here it refused the one probe call made without the bypass)",
+           False: " (here the probe call made without the bypass was not refused)", None: ""}[refused]
+        + "; the members marked yes ran those ops under lethe.foreign.fla640.bypass. At d_k = 128 the "
+        "guarded kernel uses BK = 128, the tile #640 reports clean.",
+        f"fla ran with FLA_DISABLE_BACKEND_DISPATCH={meta.get('fla_disable_backend_dispatch', '?')} "
+        f"(pure Triton) and at most {summary['autotune']['policy'].get('max_configs') or 'all'} autotune "
+        "configs per kernel in this part (the tile config changes only its summation order).",
+        "Not run (budget of {:.0f} s): {}{}; timing part (b): {}.".format(
+            a["budget_s"], "; ".join(skipped_cells) if skipped_cells else "no cell",
+            f" (and {', '.join(other_skipped)})" if other_skipped else "",
+            "run" if timed else "not run"),
+    ]
+    return render_table(rows, FLA_COMPARE_COLUMNS, caption, "tab:gdn-fla-compare", md_path, tex_path, notes)

@@ -1,15 +1,21 @@
-# Render rules of the gdn stage: the verification ladder and the family-training table from the committed
-# H200 results under results/gdn/. Registered only once those JSON files exist, so the DAG stays valid before
-# the first GPU run (the compute rules are in gdn_compute.smk).
+# Render rules of the gdn stage: the verification ladder, the family-training table and the fla 0.6.0
+# comparison from the committed H200 results under results/gdn/. Registered only once those JSON files exist,
+# so the DAG stays valid before the first GPU run (the ladder and training compute rules are in
+# gdn_compute.smk; results/gdn/fla_compare/ comes from experiments/gdn/fla_compare.py via
+# experiments/h200/session.sh).
 import os as _gdn_os
 
 _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
 _GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
+_GDN_FLACMP = _gdn_os.path.exists(
+    _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
+)
 
 RENDER_TARGETS.extend(
     ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
+    + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
 )
 
 
@@ -42,5 +48,23 @@ rule gdn_training_table:
         table="training",
     log:
         "logs/gdn/training_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_fla_compare_table:
+    conda:
+        CONDA_ENV
+    input:
+        summary="results/gdn/fla_compare/summary.json",
+        rows="results/gdn/fla_compare/rows.jsonl",
+        provenance="results/gdn/fla_compare/provenance.json",
+    output:
+        md="paper/tables/gdn_fla_compare.md",
+        tex="paper/tables/gdn_fla_compare.tex",
+    params:
+        table="fla_compare",
+    log:
+        "logs/gdn/fla_compare_table.log",
     script:
         "../scripts/gdn_render.py"

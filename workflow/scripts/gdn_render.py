@@ -1,4 +1,4 @@
-"""Render rule script: the GDN ladder / family-training tables from the committed results/gdn/*.json."""
+"""Render rule script: the GDN ladder, family-training and fla-comparison tables from results/gdn/."""
 
 import json
 from pathlib import Path
@@ -12,5 +12,9 @@ if snakemake.params.table == "ladder":
     ladder = json.loads(Path(snakemake.input.ladder).read_text())
     fla = json.loads(Path(snakemake.input.fla[0]).read_text()) if snakemake.input.fla else None
     tables.render_ladder(ladder, fla, out.md, out.tex)
+elif snakemake.params.table == "fla_compare":
+    rows = [json.loads(line) for line in Path(snakemake.input.rows).read_text().splitlines() if line.strip()]
+    tables.render_fla_compare(json.loads(Path(snakemake.input.summary).read_text()),
+                              json.loads(Path(snakemake.input.provenance).read_text()), rows, out.md, out.tex)
 else:
     tables.render_training(json.loads(Path(snakemake.input.train).read_text()), out.md, out.tex)

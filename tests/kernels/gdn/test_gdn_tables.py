@@ -50,3 +50,89 @@ def test_training_table_and_verdicts(tmp_path):
         wf = [sum(r["loss_fast"][i:i + w]) / w for i in range(0, len(r["loss_fast"]), w)]
         wr = [sum(r["loss_ref"][i:i + w]) / w for i in range(0, len(r["loss_ref"]), w)]
         assert max(abs(a - b) for a, b in zip(wf, wr, strict=True)) / wr[0] <= tol, m
+
+
+# ------------------------------------------------------------------------ fla comparison (H200, part (a))
+FLACMP = RESULTS / "fla_compare"
+TABLES = RESULTS.parents[1] / "paper" / "tables"
+
+
+def _corr(member, v, t, impl, errors, status="ok", bypass=False):
+    worst = max(errors, key=errors.get) if errors else None
+    return {"member": member, "V": v, "T": t, "impl": impl, "status": status, "errors": errors,
+            "worst_rel_err": errors[worst] if errors else None, "worst_tensor": worst, "bypass_640": bypass,
+            "within_pin": bool(errors and errors[worst] <= 5e-3)}
+
+
+def _synthetic():
+    summary = {
+        "args": {"members": ["gdn", "ssd"], "dvs": [128, 64], "lengths": [1024], "dtype": "bfloat16",
+                 "dk": 128, "chunk": 64, "batch": 1, "heads": 2, "budget_s": 100.0},
+        "meta": {"fla": "0.6.0", "gpu": "GPU X", "torch": "t", "triton": "3.6.0",
+                 "fla_disable_backend_dispatch": "1"},
+        "autotune": {"policy": {"max_configs": 2}},
+        "correctness": [
+            _corr("ssd", 128, 1024, "ours", {"o": 1e-3, "dq": 2e-3}),
+            _corr("ssd", 128, 1024, "fla", {"o": 4e-3, "dq": 1e-3}, bypass=True),
+            _corr("gdn", 128, 1024, "ours", {"o": 2e-3, "db": 6e-3}),
+            _corr("gdn", 128, 1024, "fla", {}, status="error"),
+        ],
+        "agreement": [{"member": "ssd", "V": 128, "T": 1024, "a": "fla", "b": "ours",
+                       "worst_rel_err": 5e-3, "worst_tensor": "o"}],
+        "skipped": [{"kind": "skip", "task": "correct gdn V=64 T=1024"},
+                    {"kind": "skip", "task": "precompile 1"}],
+        "speed": [],
+    }
+    rows = [{"kind": "correct", "pin": 5e-3}, {"kind": "guard_probe", "refused": True}]
+    return summary, rows
+
+
+def test_fla_compare_rows_and_render_synthetic(tmp_path):
+    summary, jrows = _synthetic()
+    rows = tables.fla_compare_rows(summary, tables.fla_compare_pin(jrows))
+    assert [(r["member"], r["V"], r["T"]) for r in rows] == [("gdn", 128, 1024), ("ssd", 128, 1024)]
+    gdn, ssd = rows
+    assert gdn["ours"] == 6e-3 and gdn["ours_tensor"] == "db" and gdn["ours_pin"] is False
+    assert gdn["fla"] is None and gdn["fla_cell"] == "error" and gdn["fla_pin"] is None
+    assert gdn["agree"] is None and gdn["bypass_640"] is False
+    assert ssd["fla_cell"] == "4.00e-03 (o)" and ssd["fla_pin"] is True and ssd["bypass_640"] is True
+    assert ssd["agree_cell"] == "5.00e-03 (o)"
+    head = tables.fla_compare_headline(summary, 5e-3)
+    assert head["within_pin"] == {"ours": 1, "fla": 1}
+    assert head["worst"]["ours"]["member"] == "gdn" and head["worst"]["fla"]["member"] == "ssd"
+    prov = {"driver": "1.2"}
+    a = tables.render_fla_compare(summary, prov, jrows, tmp_path / "a.md", tmp_path / "a.tex")
+    b = tables.render_fla_compare(summary, prov, jrows, tmp_path / "b.md", tmp_path / "b.tex")
+    assert a == b
+    first = a.markdown.splitlines()[0]
+    assert "bf16, d_k=128, chunk 64" in first and "driver 1.2" in first
+    assert "2 of 4 planned correctness cells ran; 2 cells and all timing were not run." in first
+    assert "gdn d_v=64, T=1024 (and precompile 1)" in a.markdown
+    assert "refused the one probe call" in a.markdown
+    assert "\\toprule" in a.latex and "\\#640" in a.latex
+    with pytest.raises(ValueError):
+        tables.fla_compare_pin([{"kind": "correct", "pin": 5e-3}, {"kind": "correct", "pin": 1e-2}])
+
+
+@pytest.mark.skipif(not (FLACMP / "summary.json").exists(), reason="no committed fla comparison yet")
+def test_committed_fla_compare_consistent_and_rendered(tmp_path):
+    """The summary agrees with the per-measurement rows; the committed table is what the renderer gives."""
+    summary = json.loads((FLACMP / "summary.json").read_text())
+    prov = json.loads((FLACMP / "provenance.json").read_text())
+    jrows = [json.loads(x) for x in (FLACMP / "rows.jsonl").read_text().splitlines() if x.strip()]
+    pin = tables.fla_compare_pin(jrows)
+    correct = {(r["member"], r["V"], r["T"], r["impl"]): r for r in jrows if r["kind"] == "correct"}
+    assert len(correct) == len(summary["correctness"])
+    for s in summary["correctness"]:
+        r = correct[(s["member"], s["V"], s["T"], s["impl"])]
+        assert s["errors"] == r["errors"] and s["worst_rel_err"] == max(r["errors"].values())
+        assert s["within_pin"] == (s["worst_rel_err"] <= pin) and s["bypass_640"] == r["bypass_640"]
+    rows = tables.fla_compare_rows(summary, pin)
+    assert all(r["ours"] is not None and r["fla"] is not None and r["agree"] is not None for r in rows)
+    skipped = [s for s in summary["skipped"] if s["task"].startswith("correct ")]
+    a = summary["args"]
+    assert len(rows) + len(skipped) == len(a["members"]) * len(a["dvs"]) * len(a["lengths"])
+    got = tables.render_fla_compare(summary, prov, jrows, tmp_path / "t.md", tmp_path / "t.tex")
+    if (TABLES / "gdn_fla_compare.md").exists():
+        assert got.markdown == (TABLES / "gdn_fla_compare.md").read_text()
+        assert got.latex == (TABLES / "gdn_fla_compare.tex").read_text()
