@@ -1,15 +1,17 @@
 # Foreign kernels on the H200: the second-corpus slice (gates per profile, three-way agreement, throughput).
-# Render rules only read committed results/foreign/; the GPU run is experiments/foreign/sakana_h200.py
-# (compute rule foreign_sakana in foreign_compute.smk).
+# Render rules only read committed results/foreign/ (written by lethe.foreign.ingest from the device run's
+# logs); the GPU run is experiments/foreign/sakana_h200.py (compute rule foreign_sakana in foreign_compute.smk).
 import os
 
 FOREIGN_DIR = "results/foreign/sakana-subset"
+FOREIGN_INPUTS = ["rows.parquet", "kb_rows.parquet", "compile.parquet", "timings.parquet", "throughput.json",
+                  "provenance.json"]
 FOREIGN_TABLES = [
     f"paper/tables/{t}.{ext}"
     for t in ("second_corpus_gates", "second_corpus_agreement", "audit_throughput")
     for ext in ("md", "tex")
 ]
-if os.path.exists(os.path.join(workflow.basedir, FOREIGN_DIR, "rows.parquet")):
+if all(os.path.exists(os.path.join(workflow.basedir, FOREIGN_DIR, f)) for f in FOREIGN_INPUTS):
     RENDER_TARGETS.extend(FOREIGN_TABLES + ["figures/audit_throughput.png", "figures/audit_throughput.pdf"])
 
 
@@ -19,9 +21,11 @@ rule foreign_render:
     input:
         rows=f"{FOREIGN_DIR}/rows.parquet",
         kb=f"{FOREIGN_DIR}/kb_rows.parquet",
+        compile=f"{FOREIGN_DIR}/compile.parquet",
+        timings=f"{FOREIGN_DIR}/timings.parquet",
         throughput=f"{FOREIGN_DIR}/throughput.json",
         provenance=f"{FOREIGN_DIR}/provenance.json",
-        published="data/published/audit_rows.jsonl.gz",
+        published_sakana="data/published/audit_sakana.json",
     output:
         gates_md="paper/tables/second_corpus_gates.md",
         gates_tex="paper/tables/second_corpus_gates.tex",
@@ -29,7 +33,12 @@ rule foreign_render:
         agree_tex="paper/tables/second_corpus_agreement.tex",
         tp_md="paper/tables/audit_throughput.md",
         tp_tex="paper/tables/audit_throughput.tex",
-        png="figures/audit_throughput.png",
+        png=report(
+            "figures/audit_throughput.png",
+            caption="../report/audit_throughput.rst",
+            category="Figures",
+            subcategory="second corpus (H200)",
+        ),
         pdf="figures/audit_throughput.pdf",
     log:
         "logs/foreign/render.log",

@@ -7,5 +7,5 @@ from lethe.foreign.render import render
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
-render(Path(snakemake.input.rows).parent, snakemake.input.published, Path(snakemake.output.gates_md).parent,
-       Path(snakemake.output.png).parent)
+render(Path(snakemake.input.rows).parent, Path(snakemake.output.gates_md).parent,
+       Path(snakemake.output.png).parent, published_sakana=snakemake.input.published_sakana)

@@ -98,3 +98,100 @@ def throughput(seconds: Sequence[float]) -> dict[str, Any]:
 def published_elapsed(rows: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """The paper's per-kernel times (``elapsed_s`` of its gated rows, measured on a B200)."""
     return throughput([float(r["elapsed_s"]) for r in rows if r.get("status") == "gated" and r.get("elapsed_s")])
+
+
+# ---- per-kernel time of the full battery, and the throughput summary committed as throughput.json ----
+
+BATTERY_PHASES = ("reference_s", "candidate_s", "grade_s", "aot_s")
+DETAIL_PHASES = ("reference_s", "candidate_s", "candidate_child_s", "candidate_load_s", "candidate_probes_s",
+                 "grade_s", "aot_s")
+WARM_REFERENCE_S = 1.0  # a reference phase under this found the float64 reference already cached
+
+
+def battery_seconds(timing: Mapping[str, Any]) -> float:
+    """Seconds one kernel took through the whole battery, every profile graded.
+
+    A verdict row's ``seconds`` is cumulative when that profile's row was made, so the first profile's row leaves
+    out the grading of the others; the phases add up to the whole: reference + candidate process + grading of
+    every profile (+ ahead-of-time compilation where it ran).
+    """
+    return float(sum(float(timing.get(k) or 0.0) for k in BATTERY_PHASES))
+
+
+def is_cold(timing: Mapping[str, Any]) -> bool:
+    """True when this kernel paid the float64 reference (the first kernel of its task); later ones hit the cache."""
+    return float(timing.get("reference_s") or 0.0) >= WARM_REFERENCE_S
+
+
+def _summary(xs: Sequence[float], digits: int = 3) -> dict[str, Any]:
+    t = throughput(list(xs))
+    return {"n": t["n"], **{k: (round(t[k], digits) if t[k] is not None else None) for k in ("median", "p90")}}
+
+
+def throughput_summary(timings: Sequence[Mapping[str, Any]], compile_rows: Sequence[Mapping[str, Any]], *,
+                       compile_wall_s: float | None, workers: int | None,
+                       published: Mapping[str, Mapping[str, Any]] | None = None,
+                       kb_rows: Sequence[Mapping[str, Any]] = (),
+                       scaling: Sequence[Mapping[str, Any]] | str = "not measured",
+                       goal: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """What throughput.json holds: per-kernel battery seconds (all, cold, warm), phase medians, compilation,
+    KernelBench's check, the paper's published per-kernel times, and the goal against what was measured.
+
+    ``timings``: one dict per audited kernel (the experiment's timings.jsonl); only gated kernels count.
+    ``compile_rows``: one per build attempt (``compiled``, ``compile_seconds``).
+    """
+    gated = [t for t in timings if t.get("status") == "gated"]
+    full = [battery_seconds(t) for t in gated]
+    cold = [t for t in gated if is_cold(t)]
+    warm = [t for t in gated if not is_cold(t)]
+    builds = [c for c in compile_rows if "compile_seconds" in c]
+    built = [float(c["compile_seconds"]) for c in builds if c.get("compiled")]
+    out: dict[str, Any] = {
+        "kernels_audited": len(timings),
+        "kernels_timed": len(gated),
+        "per_kernel_s": {**_summary(full),
+                         "definition": "reference_s + candidate_s + grade_s (+ aot_s): the whole battery, every "
+                                       "contract profile graded from one candidate run; compilation excluded"},
+        "per_kernel_cold_s": {**_summary([battery_seconds(t) for t in cold]),
+                              "ids": [t["id"] for t in cold],
+                              "reference_s": [round(float(t["reference_s"]), 3) for t in cold]},
+        "per_kernel_warm_s": _summary([battery_seconds(t) for t in warm]),
+        "phases_s": {k: _summary([float(t[k]) for t in gated if t.get(k) is not None])
+                     for k in DETAIL_PHASES if any(t.get(k) is not None for t in gated)},
+        "phases_warm_s": {k: _summary([float(t[k]) for t in warm if t.get(k) is not None])
+                          for k in DETAIL_PHASES if any(t.get(k) is not None for t in warm)},
+        "compile_s": {**_summary(built), "builds": len(builds), "built": len(built),
+                      "failed": len(builds) - len(built), "wall_parallel": compile_wall_s, "workers": workers,
+                      "wall_per_build": (round(compile_wall_s / len(builds), 3)
+                                         if compile_wall_s and builds else None)},
+        "scaling": list(scaling) if not isinstance(scaling, str) else scaling,
+    }
+    if kb_rows:
+        out["kernelbench_s"] = _summary([float(k["seconds"]) for k in kb_rows if k.get("seconds") is not None])
+    if published:
+        out["published_b200_s"] = {k: dict(v) for k, v in published.items()}
+    if goal:
+        med = out["per_kernel_s"]["median"]
+        out["goal"] = {**goal, "measured_kernels": len(gated), "measured_median_s": med,
+                       "measured_warm_median_s": out["per_kernel_warm_s"]["median"],
+                       "met": bool(len(gated) >= goal["kernels"] and med is not None
+                                   and med < goal["per_kernel_s"])}
+    return out
+
+
+def kb_outcomes(kb_rows: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """KernelBench check outcomes (correct, incorrect, compile_fail, timeout, ...) with their counts."""
+    return dict(sorted(Counter(str(k.get("outcome")) for k in kb_rows).items()))
+
+
+def gate_status_counts(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
+    """profile -> gate -> {status: rows} over gated rows (pass, fail, na, error)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for r in rows:
+        if r["status"] != "gated":
+            continue
+        per = out.setdefault(r["profile"], {})
+        for g, v in (r.get("gates") or {}).items():
+            c = per.setdefault(g, {})
+            c[v["status"]] = c.get(v["status"], 0) + 1
+    return {p: {g: dict(sorted(c.items())) for g, c in sorted(per.items())} for p, per in sorted(out.items())}
