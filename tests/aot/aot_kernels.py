@@ -69,3 +69,18 @@ def launch_add(x, y, out):
     add[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)
     add_tuned[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, n)
     return out
+
+
+def launch_matmul(a, b, c, BM, BN, BK, num_warps, num_stages):
+    """Host wrapper for ``matmul`` (contiguous bf16 operands); the tile and pipeline depth are the caller's."""
+    M, K = a.shape
+    N = b.shape[1]
+    matmul[(triton.cdiv(M, BM), triton.cdiv(N, BN))](a, b, c, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                                     c.stride(0), c.stride(1), BM=BM, BN=BN, BK=BK,
+                                                     num_warps=num_warps, num_stages=num_stages)
+    return c
+
+
+def launch_three_accumulators(a, b, c, K, BM=128, BN=256, BK=32):
+    three_accumulators[(1,)](a, b, c, K, BM=BM, BN=BN, BK=BK, num_warps=4, num_stages=1)
+    return c

@@ -14,6 +14,7 @@ from lethe.aot.launches import (
     specialize,
 )
 from lethe.aot.limits import LIMITS, HardwareLimits, check, limits_for
+from lethe.aot.staged import CompileBudget
 from lethe.aot.triton_aot import (
     ResourceReport,
     compile_report,
@@ -23,6 +24,7 @@ from lethe.aot.triton_aot import (
 )
 
 __all__ = [
+    "CompileBudget",
     "LIMITS",
     "HardwareLimits",
     "LaunchRecord",

@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import io
 import threading
+import time
 import types
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -255,8 +256,74 @@ def expand_configs(record: LaunchRecord) -> list[dict[str, Any]]:
     return out
 
 
+@dataclass
+class _Job:
+    """One (launch, configuration, target) of the staged AOT pass."""
+
+    record: LaunchRecord
+    kwargs: dict[str, Any]
+    target: str
+    arch: int
+    spec: Specialization | None
+    config: dict[str, Any]
+    options: dict[str, Any]
+    report: ResourceReport | None = None
+    early: dict[str, Any] | None = None
+
+
+def _config_of(jit: Any, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    options = {k: kwargs[k] for k in LAUNCH_OPTION_KEYS if kwargs.get(k) is not None}
+    config = {**options, **{k: v for k, v in kwargs.items() if k in jit.arg_names and _is_constexpr(jit, k)}}
+    return options, _jsonable(config)
+
+
+def _plain_report(job: _Job, **fields: Any) -> ResourceReport:
+    import triton
+
+    rep = ResourceReport(
+        target=job.target, kernel=job.record.jit.fn.__name__, registers=None, shared_bytes=None, tmem_columns=None,
+        spill_bytes=None, num_warps=int(job.options.get("num_warps", 4)),
+        num_stages=int(job.options.get("num_stages", 3)), triton_version=triton.__version__,
+        maxnreg=job.options.get("maxnreg"), source="aot", **fields,
+    )
+    rep.config = job.config
+    return rep
+
+
+def _jobs(module_or_kernels: Any, launches: Iterable[LaunchRecord], targets: Iterable[str]) -> list[_Job]:
+    """The distinct (kernel, specialisation, configuration, target) to compile, in launch order."""
+    from lethe.aot.triton_aot import _error_summary
+
+    kernels = discover_kernels(module_or_kernels)
+    targets = list(targets)
+    jobs: list[_Job] = []
+    seen: set[tuple] = set()
+    for record in launches:
+        if id(record.jit) not in kernels:
+            continue
+        for kwargs in expand_configs(record):
+            for target in targets:
+                arch = target_arch(target)
+                options, config = _config_of(record.jit, kwargs)
+                job = _Job(record, kwargs, target_name(arch), arch, None, config, options)
+                try:
+                    job.spec = specialize(record.jit, arch, record.args, kwargs)
+                    spec = job.spec
+                    key = (id(record.jit), target, repr(spec.signature), repr(spec.constexprs), repr(spec.attrs),
+                           repr(sorted(spec.options.items())))
+                except Exception as exc:  # noqa: BLE001 - the binder's refusal is the report
+                    key = (id(record.jit), target, repr(record.args), repr(sorted(kwargs.items())))
+                    job.report = _plain_report(job, error=_error_summary(exc))
+                if key in seen:
+                    continue
+                seen.add(key)
+                jobs.append(job)
+    return jobs
+
+
 def res02_reports(module_or_kernels: Any, launches: Iterable[LaunchRecord],
-                  targets: Iterable[str] = ("sm_90a", "sm_100a")) -> list[ResourceReport]:
+                  targets: Iterable[str] = ("sm_90a", "sm_100a"), *, budget: Any = None,
+                  log: list[dict[str, Any]] | None = None) -> list[ResourceReport]:
     """Ahead-of-time resource reports for every launched Triton kernel of a candidate, for every target.
 
     ``module_or_kernels``: the candidate module (every ``@triton.jit`` / autotune / heuristics object in it
@@ -264,27 +331,87 @@ def res02_reports(module_or_kernels: Any, launches: Iterable[LaunchRecord],
     kernels outside ``module_or_kernels`` (library kernels) are ignored. One report per distinct
     (kernel, specialisation, configuration, target); kernels never launched are not reported (there is no
     signature to compile them with). Each report's ``config`` names the launch configuration.
+
+    Compilation is staged and budgeted (:mod:`lethe.aot.staged`, ``budget`` a
+    :class:`~lethe.aot.staged.CompileBudget`, default ``CompileBudget()``): first, for every job, TTGIR plus the
+    allocation passes, which fix shared memory and TMEM; a job that already breaks a limit there is reported
+    from that stage (``stage="ttgir"``, registers/spills None) without the full compile. The others are then
+    compiled in full within ``budget.full_s`` each; when that runs out, the early figures are reported with
+    registers and spills None and a note. ``log`` (optional) receives one timing entry per step.
     """
-    kernels = discover_kernels(module_or_kernels)
-    targets = list(targets)
-    reports: list[ResourceReport] = []
-    seen: set[tuple] = set()
-    for record in launches:
-        if id(record.jit) not in kernels:
-            continue
-        for kwargs in expand_configs(record):
-            for target in targets:
-                try:
-                    spec = specialize(record.jit, target, record.args, kwargs)
-                    key = (id(record.jit), target, repr(spec.signature), repr(spec.constexprs), repr(spec.attrs),
-                           repr(sorted(spec.options.items())))
-                except Exception:  # noqa: BLE001 - compile_launch will report the failure itself
-                    key = (id(record.jit), target, repr(record.args), repr(sorted(kwargs.items())))
-                if key in seen:
-                    continue
-                seen.add(key)
-                reports.append(compile_launch(record.jit, target, record.args, kwargs))
-    return reports
+    from lethe.aot import staged
+
+    budget = budget if budget is not None else staged.CompileBudget()
+    parallel = budget.parallel or staged.default_parallel()
+    t0 = time.monotonic()
+
+    def left(cap: float | None) -> float:
+        cap = float("inf") if cap is None else cap
+        if budget.total_s is None:
+            return cap
+        return min(cap, budget.total_s - (time.monotonic() - t0))
+
+    jobs = _jobs(module_or_kernels, launches, targets)
+    import triton
+
+    version = triton.__version__
+    # 1. the early step for every job: shared memory and TMEM are known before any expensive compile starts
+    todo = [job for job in jobs if job.report is None]
+    results = staged.run_forked_all(
+        [(lambda job=job: staged.early_figures(job.record.jit, job.arch, job.spec), lambda: left(budget.early_s))
+         for job in todo], parallel)
+    for job, res in zip(todo, results, strict=True):
+        _log(log, job, staged.EARLY_STAGE, res)
+        if res.status != "ok":
+            continue  # the full compile reports a compiler error itself; a budget note follows otherwise
+        job.early = res.value
+        if staged.early_violations(job.early, job.target):
+            job.report = staged.report_from_early(job.early, target=job.target, triton_version=version,
+                                                  maxnreg=job.options.get("maxnreg"), note=staged.early_note())
+            job.report.config = job.config
+    # 2. the full compile (registers, spills, PTX counts) of the jobs that fit so far
+    todo = [job for job in jobs if job.report is None]
+    allotted: dict[int, float] = {}
+
+    def full_budget(i: int) -> float:
+        allotted[i] = left(budget.full_s)
+        return allotted[i]
+
+    results = staged.run_forked_all(
+        [(lambda job=job: staged.full_report(job.record.jit, job.arch, job.spec), lambda i=i: full_budget(i))
+         for i, job in enumerate(todo)], parallel)
+    for i, (job, res) in enumerate(zip(todo, results, strict=True)):
+        _log(log, job, staged.FULL_STAGE, res)
+        if res.status == "ok":
+            rep = ResourceReport(**res.value)
+            if job.early is not None:
+                note = staged.consistency_note(job.early, rep)
+                if note:
+                    rep.notes.append(note)
+        elif res.status == "error":
+            rep = _plain_report(job, error=res.detail)
+        else:
+            if res.status == "crash":
+                why = f"failed: {res.detail}"
+            elif budget.full_s is None or allotted.get(i, 0.0) < budget.full_s:
+                why = f"was stopped when the pass's {budget.total_s:g} s budget ran out"
+            else:
+                why = f"did not finish within its {budget.full_s:g} s budget"
+            if job.early is not None:
+                rep = staged.report_from_early(job.early, target=job.target, triton_version=version,
+                                               maxnreg=job.options.get("maxnreg"), note=staged.budget_note(why))
+            else:
+                rep = _plain_report(job, error=staged.unknown_error(why))
+        rep.config = job.config
+        job.report = rep
+    return [job.report for job in jobs]
+
+
+def _log(log: list[dict[str, Any]] | None, job: _Job, step: str, res: Any) -> None:
+    if log is None:
+        return
+    log.append({"kernel": job.record.jit.fn.__name__, "target": job.target, "config": job.config, "step": step,
+                "status": res.status, "seconds": round(res.seconds, 3), "detail": res.detail[:200]})
 
 
 def fit_summary(reports: Iterable[ResourceReport], *, max_spill_bytes: int | None = None) -> dict[str, dict]:

@@ -56,6 +56,10 @@ class ResourceReport:
     config: dict[str, Any] = field(default_factory=dict)  # launch configuration (options + constexpr meta-params)
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # compilation failed: the other figures are None
+    # The compiler stage the figures come from: "cubin" (a full compile, or a binary loaded on a GPU) or "ttgir"
+    # (TTGIR plus the shared/tensor-memory allocation passes: shared_bytes, tmem_columns and num_warps are
+    # known, registers and spills are None). See lethe.aot.staged.
+    stage: str = "cubin"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

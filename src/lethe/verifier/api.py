@@ -216,7 +216,7 @@ def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout
     keys = {s["key"] for s in base["inputs"] if s["t"] == "tensor"} | {k for k in send if k.startswith("init/")}
     res = (runner or _sandbox())("lethe.verifier.worker:run_aot",
                                  payload={"cand_src": cand_src, "seed": int(seed), "init": rres["init"],
-                                          "inputs": base["inputs"], "targets": list(targets)},
+                                          "inputs": base["inputs"], "targets": list(targets), "timeout_s": timeout_s},
                                  arrays={k: send[k] for k in keys}, timeout_s=timeout_s, memory_mb=memory_mb,
                                  device="cpu", env={"TRITON_INTERPRET": None})
     if res.status != "ok":
