@@ -39,9 +39,14 @@ def git_sha() -> str:
     sha = _git("rev-parse", "HEAD")
     if not re.fullmatch(r"[0-9a-f]{40}", sha):
         return "unknown"
-    if _git("status", "--porcelain", "--untracked-files=no"):
+    # Outputs being regenerated (results/, paper/, figures/, logs/) are not code: a workflow that rewrites its
+    # own committed results must not mark them as coming from uncommitted code.
+    if _git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){d}" for d in OUTPUT_DIRS)):
         sha += "-dirty"
     return sha
+
+
+OUTPUT_DIRS = ("results", "paper", "figures", "logs")
 
 
 def gpu_info() -> dict[str, Any]:
