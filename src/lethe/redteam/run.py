@@ -102,9 +102,9 @@ def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", devic
     rows, loose = [], []
     # Kernels whose checks are slow to reach a verdict (huge compiles) go last, and every finished row is
     # appended to a JSONL log at once, so a run cut short by a time limit keeps what it measured.
-    kernels = sorted(kernels, key=lambda k: k.name in SLOW_LAST)
+    run_order = sorted(kernels, key=lambda k: k.name in SLOW_LAST)
     partial = open(out_dir / "rows.partial.jsonl", "w", buffering=1)
-    for k in kernels:
+    for k in run_order:
         t0 = time.perf_counter()
         row = verify_kernel(k, profile=profile, device=device, seed=seed)
         rows.append(row)
@@ -116,6 +116,10 @@ def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", devic
             fired = [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
             log(f"[{suite}] {k.name}: {row['status']} fired={fired} targets={list(k.targets)} "
                 f"loose={loose[-2]['outcome']} ({time.perf_counter() - t0:.1f}s)")
+    # Outputs list kernels in manifest order, whatever order they ran in.
+    rank = {k.name: i for i, k in enumerate(kernels)}
+    rows.sort(key=lambda r: rank[r["id"]])
+    loose.sort(key=lambda r: rank[r["id"]])
     records.write_rows(rows, out_dir / "rows.parquet")
     write_loose(loose, out_dir / "loose.parquet")
     summary = tables.summarise(suite, kernels, rows, loose)
