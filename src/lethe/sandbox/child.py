@@ -8,7 +8,7 @@ it was handed. ``__main__`` is this module in both modes.
 The parent (``lethe.sandbox.runner``) writes one JSON configuration to our stdin and closes it. We then
 preload the heavy modules (so their address space is not charged to the candidate), set the resource limits,
 announce ``ready`` on the private channel fd, import and call the target, and announce ``done`` with a
-JSON-able result. Output arrays go to an ``.npz`` file (never a pickle) whose SHA-256 travels in the ``done``
+JSON-able result. Output arrays go to a raw array file (``lethe.sandbox.arrays``; never a pickle) whose SHA-256 travels in the ``done``
 message, so a file swapped after the fact is detected.
 
 Everything this module needs after the candidate has been imported is bound to local names *before* the
@@ -73,8 +73,11 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
 
     import numpy as np
 
-    _np_load = np.load
-    _np_savez = np.savez
+    from lethe.sandbox import arrays as _arrays_mod
+
+    # Bound before any candidate code runs, like the other trusted entry points.
+    _arr_read = _arrays_mod.read
+    _arr_write = _arrays_mod.write
     _ndarray = np.ndarray
 
     device = cfg.get("device", "cpu")
@@ -136,8 +139,7 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
         inputs_path = cfg.get("inputs")
         in_arrays: dict = {}
         if inputs_path:
-            with _np_load(inputs_path, allow_pickle=False) as z:
-                in_arrays = {k: z[k] for k in z.files}
+            in_arrays, _ = _arr_read(inputs_path, digest=False)
         mod_name, _, func_name = cfg["target"].partition(":")
         try:
             mod = importlib.import_module(mod_name)
@@ -200,13 +202,7 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
     if status == "ok":
         try:
             if arrays:
-                path = cfg["outputs"]
-                _np_savez(path, **arrays)
-                h = _sha256()
-                with open(path, "rb") as fh:
-                    for chunk in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(chunk)
-                msg["arrays_sha256"] = h.hexdigest()
+                msg["arrays_sha256"] = _arr_write(cfg["outputs"], arrays)
             msg["result"] = _dumps(result, allow_nan=True)
         except BaseException as exc:  # noqa: BLE001
             msg = {"ev": "done", "status": "bad_result", "seconds": seconds,

@@ -4,24 +4,23 @@ Imported by tests (tests/verifier, tests/test_cli.py); lives in the package so t
 pytest's importlib mode.
 
 The in-process runner calls the same sandbox entry points (reference and candidate) without spawning a process,
-round-tripping payloads through JSON and arrays through npz exactly as the sandbox does. It is only ever used
-with the trusted fixture kernels in lethe.verifier.fixtures, to keep the three-state calibration suite fast on two
+round-tripping payloads through JSON and arrays through the sandbox's array file format (lethe.sandbox.arrays)
+exactly as the sandbox does. It is only ever used with the trusted fixture kernels in lethe.verifier.fixtures, to keep the three-state calibration suite fast on two
 cores; the sandboxed path is exercised by the CLI and determinism tests.
 """
 
 from __future__ import annotations
 
 import importlib
-import io
 import json
 import os
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from lethe.sandbox import SandboxResult
+from lethe.sandbox import arrays as arrays_io
 
 
 def inprocess_runner(target, payload=None, arrays=None, *, env=None, **_kw):
@@ -33,11 +32,9 @@ def inprocess_runner(target, payload=None, arrays=None, *, env=None, **_kw):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    buf = io.BytesIO()
-    np.savez(buf, **(arrays or {}))
-    buf.seek(0)
-    with np.load(buf, allow_pickle=False) as z:
-        arr_in = {k: z[k] for k in z.files}
+    with tempfile.TemporaryDirectory() as td:
+        arrays_io.write(Path(td) / "in.arrays", dict(arrays or {}), digest=False)
+        arr_in, _ = arrays_io.read(Path(td) / "in.arrays", digest=False)
     try:
         with tempfile.TemporaryDirectory() as wd:
             result, arr_out = func(json.loads(json.dumps(payload or {})), arr_in, Path(wd))
@@ -49,11 +46,9 @@ def inprocess_runner(target, payload=None, arrays=None, *, env=None, **_kw):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    out = io.BytesIO()
-    np.savez(out, **arr_out)
-    out.seek(0)
-    with np.load(out, allow_pickle=False) as z:
-        arrays_back = {k: z[k] for k in z.files}
+    with tempfile.TemporaryDirectory() as td:
+        arrays_io.write(Path(td) / "out.arrays", dict(arr_out or {}))
+        arrays_back, _ = arrays_io.read(Path(td) / "out.arrays")
     return SandboxResult(status="ok", result=json.loads(json.dumps(result)), arrays=arrays_back)
 
 
