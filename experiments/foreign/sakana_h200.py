@@ -16,6 +16,7 @@ candidate process, grading) in timings.jsonl.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -28,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from lethe import provenance  # noqa: E402
 from lethe.corpora import sakana  # noqa: E402
-from lethe.foreign.second_corpus import throughput as summarise_seconds  # noqa: E402
+from lethe.foreign.second_corpus import throughput_summary  # noqa: E402
 
 SUBSET = ROOT / "data" / "sakana_subset" / "subset.jsonl"
 
@@ -45,10 +46,6 @@ def _compile_one(item_id: str, cand_src: str, ext_dir: str) -> dict:
     except BaseException as exc:  # noqa: BLE001 - a build failure is this row's finding, not the run's
         return {"id": item_id, "compiled": False, "compile_seconds": round(time.perf_counter() - t0, 3),
                 "error": f"{type(exc).__name__}: {exc}"[-1500:]}
-
-
-def _rounded(t: dict) -> dict:
-    return {k: round(t[k], 3) if t[k] is not None else None for k in ("median", "p90")}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         it = sakana.to_item(r)
         it["sakana_correct"] = str(r.get("Correct")).lower() == "true"
         it["level"] = int(r.get("Level_ID"))
+        # Ids are not unique in the slice (two different level-2 sources share one): bookkeeping (builds,
+        # resume, KernelBench rows) goes by uid = id + source hash; rows keep the slice's id.
+        it["uid"] = f'{it["id"]}#{hashlib.sha256((it["candidate"] or "").encode()).hexdigest()[:12]}'
         if str(it["level"]) in args.levels.split(","):
             items.append(it)
     if args.limit:
@@ -99,43 +99,43 @@ def main(argv: list[str] | None = None) -> int:
     compile_log = work / "compile.jsonl"
     done_c = {}
     if compile_log.exists():
-        done_c = {r["id"]: r for r in map(json.loads, compile_log.read_text().splitlines()) if r.get("compiled")}
-    todo = [it for it in items if it["candidate"] and it["id"] not in done_c]
+        done_c = {r.get("uid"): r for r in map(json.loads, compile_log.read_text().splitlines()) if r.get("compiled")}
+    todo = [it for it in items if it["candidate"] and it["uid"] not in done_c]
     t0 = time.perf_counter()
-    compile_rows = [done_c[it["id"]] for it in items if it["id"] in done_c]
+    compile_rows = [done_c[it["uid"]] for it in items if it["uid"] in done_c]
     if "compile" in phases and todo:
         with ProcessPoolExecutor(max_workers=args.workers) as pool, open(compile_log, "a", buffering=1) as clog:
             futs = {pool.submit(_compile_one, it["id"], it["candidate"], ext_dir): it for it in todo}
             for f in as_completed(futs):
-                c = f.result()
+                c = {**f.result(), "uid": futs[f]["uid"]}
                 compile_rows.append(c)
                 clog.write(json.dumps(c, sort_keys=True) + "\n")
                 print(f"[compile] {c['id']}: {c['compiled']} {c['compile_seconds']:.1f}s", flush=True)
     compile_wall = time.perf_counter() - t0
     for it in items:
         if not it["candidate"]:
-            compile_rows.append({"id": it["id"], "compiled": False, "compile_seconds": 0.0,
+            compile_rows.append({"id": it["id"], "uid": it["uid"], "compiled": False, "compile_seconds": 0.0,
                                  "error": it["extract_error"] or "no candidate"})
-    compiled = {c["id"]: c for c in compile_rows}
+    compiled = {c["uid"]: c for c in compile_rows}
     print(f"[sakana] compile phase: {sum(c['compiled'] for c in compile_rows)}/{len(items)} built "
           f"({len(todo)} this run) in {compile_wall:.1f} s wall", flush=True)
     if "audit" not in phases and "kb" not in phases and "scaling" not in phases:
         return 0
 
     # Is the shared build cache hit by a fresh process? (A miss would put nvcc inside every audit.)
-    first = next((it for it in items if compiled.get(it["id"], {}).get("compiled")), None)
+    first = next((it for it in items if compiled.get(it["uid"], {}).get("compiled")), None)
     if first is not None:
         with ProcessPoolExecutor(max_workers=1) as pool:
             again = pool.submit(_compile_one, first["id"], first["candidate"], ext_dir).result()
         print(f"[sakana] cache check: rebuilding {first['id']} in a fresh process took "
-              f"{again['compile_seconds']:.2f} s (phase 1: {compiled[first['id']]['compile_seconds']:.1f} s)",
+              f"{again['compile_seconds']:.2f} s (phase 1: {compiled[first['uid']]['compile_seconds']:.1f} s)",
               flush=True)
     t_start = time.perf_counter()
     ckpt_path, tim_path = work / "rows.checkpoint.jsonl", work / "timings.jsonl"
     verdict_rows = [json.loads(x) for x in ckpt_path.read_text().splitlines()] if ckpt_path.exists() else []
-    verdict_rows = [r for r in verdict_rows if r["id"] in {it["id"] for it in items}]
+    verdict_rows = [r for r in verdict_rows if r.get("uid") in {it["uid"] for it in items}]
     timings = [json.loads(x) for x in tim_path.read_text().splitlines()] if tim_path.exists() else []
-    done_a = {r["id"] for r in verdict_rows}
+    done_a = {r["uid"] for r in verdict_rows}
     ckpt, tlog = open(ckpt_path, "a", buffering=1), open(tim_path, "a", buffering=1)
 
     # Phase 2: the battery, one candidate run per kernel graded under every profile (the probe plan does not
@@ -144,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     for n, it in enumerate(items, 1):
         if "audit" not in phases:
             break
-        if not it["candidate"] or it["id"] in done_a:
+        if not it["candidate"] or it["uid"] in done_a:
             continue
-        if not compiled.get(it["id"], {}).get("compiled"):
+        if not compiled.get(it["uid"], {}).get("compiled"):
             continue  # a build failure is recorded in compile.parquet; the battery has nothing to load
         if args.budget_s and time.perf_counter() - t_start > args.budget_s:
             print(f"[sakana] time budget reached after {n - 1} kernels", flush=True)
@@ -158,11 +158,12 @@ def main(argv: list[str] | None = None) -> int:
         for row in rows_k:
             row["sakana_correct"] = it["sakana_correct"]
             row["level"] = it["level"]
-            row["compiled_in_phase1"] = compiled.get(it["id"], {}).get("compiled", False)
+            row["compiled_in_phase1"] = compiled.get(it["uid"], {}).get("compiled", False)
+            row["uid"] = it["uid"]
             verdict_rows.append(row)
             ckpt.write(json.dumps(row, sort_keys=True, default=str) + "\n")
         row = rows_k[0]
-        trow = {"id": it["id"], "level": it["level"], "status": row["status"], "seconds": row["seconds"],
+        trow = {"id": it["id"], "uid": it["uid"], "level": it["level"], "status": row["status"], "seconds": row["seconds"],
                 "candidate_compile_s": row.get("compile_seconds"), **phase_s}
         timings.append(trow)
         tlog.write(json.dumps(trow, sort_keys=True) + "\n")
@@ -173,14 +174,14 @@ def main(argv: list[str] | None = None) -> int:
 
     # Phase 3: KernelBench's paper-era check beside it.
     kb_rows = []
-    audited = {r["id"] for r in verdict_rows}
+    audited = {r["uid"] for r in verdict_rows}
     kb_path = work / "kb.jsonl"
     kb_rows = [json.loads(x) for x in kb_path.read_text().splitlines()] if kb_path.exists() else []
-    kb_done = {r["id"] for r in kb_rows}
+    kb_done = {r.get("uid") for r in kb_rows}
     if not args.skip_kb and "kb" in phases:
         klog = open(kb_path, "a", buffering=1)
         for n, it in enumerate(items, 1):
-            if it["id"] not in audited or it["id"] in kb_done:
+            if it["uid"] not in audited or it["uid"] in kb_done:
                 continue
             if args.budget_s and time.perf_counter() - t_start > args.budget_s:
                 print("[kb] time budget reached", flush=True)
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             kb = check_isolated(it["reference"], it["candidate"], variant="paper", device=device, timeout_s=600)
             kb = {k: (json.dumps(v, sort_keys=True, default=str) if isinstance(v, (dict, list)) else v)
                   for k, v in kb.items()}
-            kb.update({"id": it["id"], "seconds": round(time.perf_counter() - t1, 3)})
+            kb.update({"id": it["id"], "uid": it["uid"], "seconds": round(time.perf_counter() - t1, 3)})
             kb_rows.append(kb)
             klog.write(json.dumps(kb, sort_keys=True, default=str) + "\n")
             print(f"[kb {n}/{len(items)}] {it['id']}: {kb.get('outcome')}", flush=True)
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
     scale_path = work / "scaling.jsonl"
     scaling = [json.loads(x) for x in scale_path.read_text().splitlines()] if scale_path.exists() else []
-    subset = [it for it in items if it["candidate"] and it["id"] in audited][: args.scaling_kernels]
+    subset = [it for it in items if it["candidate"] and it["uid"] in audited][: args.scaling_kernels]
     for k in [int(x) for x in args.scaling.split(",") if x and "scaling" in phases]:
         if args.budget_s and time.perf_counter() - t_start > args.budget_s:
             print("[scaling] time budget reached", flush=True)
@@ -214,33 +215,18 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps(scaling[-1], sort_keys=True) + "\n")
         print(f"[scaling] {k} shards: {wall:.1f} s for {len(subset)} kernels", flush=True)
 
-    gated = {t["id"] for t in timings if t["status"] == "gated"}
-    strict = [r for r in verdict_rows if r["profile"] == profiles[0] and r["status"] == "gated"]
-    secs = [r["seconds"] for r in strict]
-    # A warm kernel found its task's reference in the cache (every slice task has many kernels): its time is
-    # what a corpus audit pays per kernel; cold ones also paid the float64 reference.
-    warm = [t["seconds"] for t in timings if t["id"] in gated and t.get("reference_s", 0) < 1.0]
-    phase_med = {k: _rounded(summarise_seconds([t[k] for t in timings if t["id"] in gated and k in t]))
-                 for k in ("reference_s", "candidate_s", "grade_s", "candidate_compile_s")}
-    comp = [c["compile_seconds"] for c in compile_rows if c["compiled"]]
-    throughput = {
-        "device": device,
-        "kernels_timed": len(secs),
-        "per_kernel_s": _rounded(summarise_seconds(secs)),
-        "per_kernel_warm_reference_s": {**_rounded(summarise_seconds(warm)), "n": len(warm)},
-        "phases_s": phase_med,
-        "compile_s": {**_rounded(summarise_seconds(comp)),
-                      "wall_parallel": round(compile_wall, 3), "workers": args.workers},
-        "scaling": scaling,
-        "note": "per-kernel seconds = one verify_profiles() call: every profile graded from one candidate run "
-                "(reference cached per source+seed; candidate in its own sandboxed process), excluding "
-                "compilation, which phase 1 did once in parallel",
-    }
+    # Per kernel = the whole battery (reference + candidate + every profile's grading), from the phase timings;
+    # a row's own `seconds` stops at its profile. Compile wall is this call's; builds reused from an earlier
+    # call of the same --work keep their own compile_seconds.
+    throughput = {"device": device,
+                  **throughput_summary(timings, compile_rows, compile_wall_s=round(compile_wall, 3),
+                                       workers=args.workers, kb_rows=kb_rows,
+                                       scaling=scaling or "not measured")}
     from lethe.verifier.records import write_rows
 
     write_rows(verdict_rows, out / "rows.parquet")
     pd.DataFrame(kb_rows).to_parquet(out / "kb_rows.parquet", index=False)
-    pd.DataFrame(compile_rows).sort_values("id").to_parquet(out / "compile.parquet", index=False)
+    pd.DataFrame(compile_rows).sort_values("uid").to_parquet(out / "compile.parquet", index=False)
     pd.DataFrame([{**t, "slowest_probes": json.dumps(t.get("slowest_probes", []))} for t in timings]).to_parquet(
         out / "timings.parquet", index=False)
     (out / "throughput.json").write_text(json.dumps(throughput, indent=2, sort_keys=True) + "\n")
