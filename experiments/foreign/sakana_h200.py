@@ -172,8 +172,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[audit {n}/{len(items)}] {it['id']}: {row['status']} {row['seconds']:.2f}s {phase_s} "
               f"(in-process load {row.get('compile_seconds')}) fails={fails} {row['error'][:200]}", flush=True)
 
+    ckpt.close()
+    tlog.close()
+
     # Phase 3: KernelBench's paper-era check beside it.
-    kb_rows = []
     audited = {r["uid"] for r in verdict_rows}
     kb_path = work / "kb.jsonl"
     kb_rows = [json.loads(x) for x in kb_path.read_text().splitlines()] if kb_path.exists() else []
@@ -194,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             kb_rows.append(kb)
             klog.write(json.dumps(kb, sort_keys=True, default=str) + "\n")
             print(f"[kb {n}/{len(items)}] {it['id']}: {kb.get('outcome')}", flush=True)
+        klog.close()
 
     # Phase 4: shard scaling on one GPU: the same kernels, strict profile, 1/2/4 concurrent shards.
     scale_path = work / "scaling.jsonl"

@@ -103,19 +103,19 @@ def run_suite(suite: str, out_dir: str | Path, *, profile: str = "strict", devic
     # Kernels whose checks are slow to reach a verdict (huge compiles) go last, and every finished row is
     # appended to a JSONL log at once, so a run cut short by a time limit keeps what it measured.
     run_order = sorted(kernels, key=lambda k: k.name in SLOW_LAST)
-    partial = open(out_dir / "rows.partial.jsonl", "w", buffering=1)
-    for k in run_order:
-        t0 = time.perf_counter()
-        row = verify_kernel(k, profile=profile, device=device, seed=seed)
-        rows.append(row)
-        for variant in LOOSE_VARIANTS:
-            loose.append(loose_check(k, device=device, variant=variant))
-        partial.write(json.dumps({"row": row, "loose": loose[-len(LOOSE_VARIANTS):]}, sort_keys=True,
-                                 default=str) + "\n")
-        if log:
-            fired = [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
-            log(f"[{suite}] {k.name}: {row['status']} fired={fired} targets={list(k.targets)} "
-                f"loose={loose[-2]['outcome']} ({time.perf_counter() - t0:.1f}s)")
+    with open(out_dir / "rows.partial.jsonl", "w", buffering=1) as partial:
+        for k in run_order:
+            t0 = time.perf_counter()
+            row = verify_kernel(k, profile=profile, device=device, seed=seed)
+            rows.append(row)
+            for variant in LOOSE_VARIANTS:
+                loose.append(loose_check(k, device=device, variant=variant))
+            partial.write(json.dumps({"row": row, "loose": loose[-len(LOOSE_VARIANTS):]}, sort_keys=True,
+                                     default=str) + "\n")
+            if log:
+                fired = [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
+                log(f"[{suite}] {k.name}: {row['status']} fired={fired} targets={list(k.targets)} "
+                    f"loose={loose[-2]['outcome']} ({time.perf_counter() - t0:.1f}s)")
     # Outputs list kernels in manifest order, whatever order they ran in.
     rank = {k.name: i for i, k in enumerate(kernels)}
     rows.sort(key=lambda r: rank[r["id"]])

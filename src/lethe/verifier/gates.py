@@ -81,11 +81,13 @@ def _clean(v: Any) -> Any:
 # comparison helpers
 
 
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                 "float64": torch.float64}
+
+
 def round_to(a: np.ndarray, dtype: str) -> np.ndarray:
     """The float64 reference rounded to the contract dtype (so that overflow/underflow of the dtype count)."""
-    t = torch.from_numpy(np.asarray(a, dtype=np.float64))
-    return t.to({"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                 "float64": torch.float64}[dtype]).to(torch.float64).numpy()
+    return _round_t(torch.from_numpy(np.asarray(a, dtype=np.float64)), dtype).numpy()
 
 
 def compare(ref: np.ndarray, cand: np.ndarray, dtype: str, tol_arr: np.ndarray | float, profile: Profile,
@@ -226,10 +228,6 @@ def _round_t(r: torch.Tensor, dtype: str) -> torch.Tensor:
     if dtype == "float64":
         return r
     return r.to(_TORCH_DTYPES[dtype]).to(torch.float64)
-
-
-_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-                 "float64": torch.float64}
 
 
 def _cand_outputs(b: Bundle, pid: str, n: int, prefix: str = "o") -> list[np.ndarray] | None:
