@@ -188,18 +188,39 @@ def reverse_state_scan(do_c, ctx, dS_final=None):
     return torch.stack(dS_next, dim=2), torch.stack(ddelta, dim=2), dS
 
 
-def chunk_bwd(do, ctx, dS_final=None, scan=None):
+def wy_vjp_torch(dd, ctx):
+    """K2, the WY / triangular-inverse VJP of every chunk: (dXe, du, dA) from d delta ``dd`` ``[B,H,N,C,V]``.
+
+    With S0 = Hs (state at the chunk's start), T = Tm, X = Xe, U = uc:
+    dW = -dd S0^T, dT = dW X^T + dd U^T, dXe = T^T dW, du = T^T dd, dA = -(T^T dT T^T) * strict (strictly lower).
+    Only called when the forward ran with erase (Tm is not None). The native kernels
+    (:func:`kernels.gdn.native.api.native_wy_vjp`) are drop-ins for this function.
+    """
+    Tm = ctx["Tm"]
+    strict, _ = _masks(Tm.shape[-1], dd.device)
+    HsT = ctx["Hs"].transpose(-1, -2)
+    dW = -(dd @ HsT)
+    TmT = Tm.transpose(-1, -2)
+    dT = dW @ ctx["Xe"].transpose(-1, -2) + dd @ ctx["uc"].transpose(-1, -2)
+    dXe = TmT @ dW
+    du = TmT @ dd
+    dA = -(TmT @ dT @ TmT) * strict
+    return dXe, du, dA
+
+
+def chunk_bwd(do, ctx, dS_final=None, scan=None, wy_vjp=None):
     """Explicit backward of :func:`chunk_fwd`: (dq, dk, dv, dg, db, dw, d_initial_state), g-shaped dg ``[B,T,H,K]``.
 
-    db is None when the forward ran without erase.
+    db is None when the forward ran without erase. ``scan`` replaces K1 (:func:`reverse_state_scan`) and
+    ``wy_vjp`` replaces K2 (:func:`wy_vjp_torch`); both default to the torch code.
     """
     acc = ctx["qc"].dtype
     C, T, s = ctx["C"], ctx["T"], ctx["scale"]
     do_c = _to_chunks(do, C, acc)
-    # K1 is swappable (the native CuTe DSL scan plugs in here); K2 and the tail stay shared.
+    # K1 and K2 are swappable (the native CuTe DSL kernels plug in here); the rest stays shared.
     dSn, dd, dinit = (scan or reverse_state_scan)(do_c, ctx, dS_final)
     Hs, delta, Tm = ctx["Hs"], ctx["delta"], ctx["Tm"]
-    qc, kc, uc, vc, wc = ctx["qc"], ctx["kc"], ctx["uc"], ctx["vc"], ctx["wc"]
+    qc, kc, vc, wc = ctx["qc"], ctx["kc"], ctx["vc"], ctx["wc"]
     gam, Ei, Kend, Qg, GC = ctx["gam"], ctx["Ei"], ctx["Kend"], ctx["Qg"], ctx["GC"]
     strict, incl = _masks(C, do.device)
     HsT = Hs.transpose(-1, -2)
@@ -217,12 +238,7 @@ def chunk_bwd(do, ctx, dS_final=None, scan=None):
     dgamC = (dKend * Kend).sum(-2) + dGC * GC
     # WY / triangular-inverse VJP
     if Tm is not None:
-        dW = -(dd @ HsT)
-        TmT = Tm.transpose(-1, -2)
-        dT = dW @ ctx["Xe"].transpose(-1, -2) + dd @ uc.transpose(-1, -2)
-        dXe = TmT @ dW
-        du = TmT @ dd
-        dA = -(TmT @ dT @ TmT) * strict
+        dXe, du, dA = (wy_vjp or wy_vjp_torch)(dd, ctx)
         de, dk_a, dgam_a = _pair_bwd(dA, ctx["ec"], kc, Ei * strict[..., None])
         dk = dk + dk_a
         de = de + dXe * ctx["Gam"]

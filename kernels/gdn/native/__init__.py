@@ -2,7 +2,10 @@
 
 * :mod:`.k1_hopper` -- K1, the reverse-time inter-chunk state scan, for sm_90a (runs on the H200);
 * :mod:`.k1_blackwell` -- a tcgen05 / TMEM kernel for sm_100a, compiled ahead of time only (no B200 here);
-* :mod:`.api` -- host wrappers (torch tensors in, torch tensors out) and the compile cache;
+* :mod:`.k2_hopper` -- K2, the WY / triangular-inverse VJP, for sm_90a (SIMT float32; plan in
+  :mod:`.k2_hopper_plan`, float64 replay of its order in :mod:`.k2_hopper_model`);
+* :mod:`.k2_blackwell` -- K2 as tcgen05 products for sm_100a, compiled ahead of time only;
+* :mod:`.api` -- host wrappers (torch tensors in, torch tensors out) and the compile cache, K1 and K2;
 * :mod:`.aot` -- ahead-of-time compilation on a CPU with fake tensors and inspection of the PTX / cubin;
 * :mod:`.backend` -- the object the family's autograd chooser calls for ``backend="native"``.
 

@@ -1,6 +1,7 @@
 """Ahead-of-time compilation of the native kernels on a machine without a GPU, and a report on the result.
 
-``python -m kernels.gdn.native.aot --kernel k1_hopper --arch sm_90a --json out.json`` compiles one kernel with
+``python -m kernels.gdn.native.aot --kernel k1_hopper --arch sm_90a --json out.json`` (or ``k1_blackwell``,
+``k2_hopper``) compiles one kernel with
 fake tensors (``cute.runtime.make_fake_compact_tensor``) for the named architecture, keeps the PTX and cubin
 (``CUTE_DSL_KEEP=ptx,cubin``), and reports what the generated code says about it:
 
@@ -123,6 +124,10 @@ def _compile_in_this_process(kernel: str, cfg: dict) -> dict:
         from .k1_blackwell import compile_fake
 
         fn, extra = compile_fake(cfg)
+    elif kernel == "k2_hopper":
+        from .k2_hopper import compile_fake
+
+        fn, extra = compile_fake(cfg)
     else:
         raise ValueError(kernel)
     return {"compile_s": round(time.perf_counter() - t0, 2), "ptx": fn.artifacts.PTX, **extra}
@@ -155,6 +160,26 @@ def compile_report(kernel: str, arch: str, cfg: dict, dump_dir: str | None = Non
     return rep
 
 
+def write_k2_hopper_results(out_dir: str) -> Path:
+    """Compile the Hopper K2 (:mod:`.k2_hopper`) for d_v 64 and 128 (C 64, d_k 128) and write the report
+    ``k2_hopper_aot.json`` (rows in the schema of ``aot.json``, so :func:`.render.aot_table` renders it) and
+    its provenance ``k2_hopper_aot_provenance.json`` into ``out_dir``."""
+    from lethe import provenance
+
+    rows = []
+    for V in (64, 128):
+        r = compile_report("k2_hopper", "sm_90a", dict(L=6, K=128, V=V, C=64))
+        r["status"] = "compiled, not yet executed on the H200"
+        rows.append(r)
+    out = Path(out_dir) / "k2_hopper_aot.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
+    provenance.write(out.parent / "k2_hopper_aot_provenance.json",
+                     command="python -m kernels.gdn.native.aot --k2-hopper-results " + str(out_dir),
+                     experiment="native-k2-hopper-aot")
+    return out
+
+
 def _ptx_target(ptx: str) -> str | None:
     m = re.search(r"^\.target\s+(\S+)", ptx, re.M)
     return m.group(1) if m else None
@@ -162,12 +187,19 @@ def _ptx_target(ptx: str) -> str | None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--kernel", required=True, choices=["k1_hopper", "k1_blackwell"])
-    ap.add_argument("--arch", required=True)
+    ap.add_argument("--kernel", choices=["k1_hopper", "k1_blackwell", "k2_hopper"])
+    ap.add_argument("--arch")
     ap.add_argument("--cfg", default="{}")
-    ap.add_argument("--json", required=True)
+    ap.add_argument("--json")
     ap.add_argument("--inner", action="store_true", help="compile here (the env is already set)")
+    ap.add_argument("--k2-hopper-results", metavar="DIR",
+                    help="write k2_hopper_aot.json + provenance (d_v 64 and 128) into DIR")
     a = ap.parse_args(argv)
+    if a.k2_hopper_results:
+        write_k2_hopper_results(a.k2_hopper_results)
+        return 0
+    if not (a.kernel and a.arch and a.json):
+        ap.error("--kernel, --arch and --json are required")
     cfg = json.loads(a.cfg)
     if a.inner:
         rep = _compile_in_this_process(a.kernel, cfg)

@@ -1,9 +1,13 @@
-"""Host side of the native K1: torch tensors in and out, one compiled kernel per (shape, flags) kept in a cache.
+"""Host side of the native K1 and K2: torch tensors in and out, one compiled kernel per (shape, flags) in a cache.
 
 ``native_reverse_state_scan(do_c, ctx, dS_final)`` is a drop-in for
 :func:`kernels.gdn.chunked.reverse_state_scan`: same inputs (the chunked path's ctx), same three outputs
 (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,N,C,V]``, dS0 ``[B,H,K,V]``), float32 only (the chunked path accumulates
 in float32 for every low-precision input; float64 inputs stay on the torch path).
+
+``native_wy_vjp(dd, ctx)`` is a drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` (K2): d delta
+``[B,H,N,C,V]`` and the ctx in, (dXe ``[B,H,N,C,K]``, du ``[B,H,N,C,V]``, dA ``[B,H,N,C,C]``) out, float32 only,
+through the sm_90a kernel :mod:`.k2_hopper`.
 """
 
 from __future__ import annotations
@@ -74,3 +78,58 @@ def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
                              None if Wm is None else flat(Wm, N, C, K), flat(GC, N, K), flat(do_c, N, C, V),
                              None if dS_final is None else flat(dS_final.float(), K, V), **tile)
     return dSN.view(B, H, N, K, V), dd.view(B, H, N, C, V), dS0.view(B, H, K, V)
+
+
+# Largest element count of one tensor in one K2 launch: the kernel's index arithmetic is 32-bit.
+_K2_MAX_ELEMS = 2**31 - 1
+
+
+def k2_launch(dd, Hs, Tm, Xe, uc, *, poison=False):
+    """Run the native K2 (:mod:`.k2_hopper`) on flattened float32 CUDA tensors, one CTA per chunk:
+    dd ``[L,C,V]``, Hs ``[L,K,V]``, Tm ``[L,C,C]``, Xe ``[L,C,K]``, uc ``[L,C,V]`` -> (dXe ``[L,C,K]``,
+    du ``[L,C,V]``, dA ``[L,C,C]``). Chunks are independent, so L is cut into launches that keep every tensor
+    under 2^31 elements. ``poison=True`` fills the outputs with NaN first, so an element the kernel fails to
+    write shows up."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.torch import current_stream
+
+    from .k2_hopper import WYTriInvVJPHopper
+
+    L, C, V = dd.shape
+    K = Hs.shape[1]
+    for t, shape in ((dd, (L, C, V)), (Hs, (L, K, V)), (Tm, (L, C, C)), (Xe, (L, C, K)), (uc, (L, C, V))):
+        if t.dtype != torch.float32 or not t.is_contiguous() or not t.is_cuda or tuple(t.shape) != shape:
+            raise ValueError(f"native K2 takes contiguous float32 CUDA tensors of shape {shape}, got "
+                             f"{tuple(t.shape)} {t.dtype}")
+    dXe = torch.empty(L, C, K, device=dd.device, dtype=torch.float32)
+    du = torch.empty(L, C, V, device=dd.device, dtype=torch.float32)
+    dA = torch.empty(L, C, C, device=dd.device, dtype=torch.float32)
+    if poison:
+        for t in (dXe, du, dA):
+            t.fill_(float("nan"))
+    step = max(1, _K2_MAX_ELEMS // max(K * V, C * K, C * V, C * C))
+    stream = current_stream()
+    for l0 in range(0, L, step):
+        part = [t[l0:l0 + step] for t in (dd, Hs, Tm, Xe, uc, dXe, du, dA)]
+        n = part[0].shape[0]
+        args = [from_dlpack(t, assumed_align=16) for t in part]
+        key = ("k2_hopper", n, C, K, V, dd.device.index)
+        if key not in _CACHE:
+            _CACHE[key] = cute.compile(WYTriInvVJPHopper(K=K, V=V, C=C), *args, stream)
+        _CACHE[key](*args, stream)
+    return dXe, du, dA
+
+
+def native_wy_vjp(dd, ctx, **kw):
+    """Drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` on CUDA float32 (see module docstring)."""
+    B, H, N, C, V = dd.shape
+    K = ctx["Hs"].shape[-2]
+    L = B * H * N
+
+    def flat(x, *tail):
+        return x.reshape(L, *tail).contiguous()
+
+    dXe, du, dA = k2_launch(flat(dd, C, V), flat(ctx["Hs"], K, V), flat(ctx["Tm"], C, C), flat(ctx["Xe"], C, K),
+                            flat(ctx["uc"], C, V), **kw)
+    return dXe.view(B, H, N, C, K), du.view(B, H, N, C, V), dA.view(B, H, N, C, C)

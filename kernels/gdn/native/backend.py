@@ -1,9 +1,10 @@
 """The ``backend="native"`` implementation the family's autograd Function dispatches to.
 
-Forward: the torch chunked forward (its ctx holds exactly the operands K1 reads). Backward: the torch chunked
-backward with its K1 (``reverse_state_scan``) replaced by the native CuTe DSL kernel on CUDA float32; K2 and the
-elementwise tail stay in torch. float64 inputs (the oracle-precision check) and CPU tensors keep the torch scan,
-because the native kernel is a float32 GPU kernel.
+Forward: the torch chunked forward (its ctx holds exactly the operands K1 and K2 read). Backward: the torch
+chunked backward with K1 (``reverse_state_scan``) and K2 (``wy_vjp_torch``, the WY / triangular-inverse VJP)
+replaced by the native CuTe DSL kernels on CUDA float32; the pairwise-decay VJP and the elementwise tail stay in
+torch. float64 inputs (the oracle-precision check) and CPU tensors keep the torch code, because the native
+kernels are float32 GPU kernels.
 
 Hook for :mod:`kernels.gdn.autograd` (owned by another engineer)::
 
@@ -22,7 +23,7 @@ from .. import chunked
 class NativeGDN:
     """forward/backward pair with the signature ``ChunkGDNFunction`` expects of a native backend."""
 
-    name = "native-cute-k1"
+    name = "native-cute-k1k2"
 
     @staticmethod
     def forward(q, k, v, g, b, w, scale, chunk, initial_state):
@@ -32,9 +33,12 @@ class NativeGDN:
     def backward(do, saved, dS_final):
         if not do.is_cuda or saved["qc"].dtype != torch.float32:
             return chunked.chunk_bwd(do, saved, dS_final)
-        from .api import native_reverse_state_scan
+        from .api import native_reverse_state_scan, native_wy_vjp
+        from .k2_hopper_plan import supported
 
-        return chunked.chunk_bwd(do, saved, dS_final, scan=native_reverse_state_scan)
+        K, V = saved["Hs"].shape[-2:]
+        wy = native_wy_vjp if supported(K, V, saved["C"]) else None  # None: the torch K2 (other chunk sizes)
+        return chunked.chunk_bwd(do, saved, dS_final, scan=native_reverse_state_scan, wy_vjp=wy)
 
 
 NATIVE = NativeGDN()

@@ -1,4 +1,8 @@
-"""Tables of the native K1 results (markdown + LaTeX), byte-deterministic: fixed float formats, no timestamps."""
+"""Tables of the native K1 / K2 results (markdown + LaTeX), byte-deterministic: fixed float formats, no timestamps.
+
+:func:`bench_table` renders the K1 table of ``bench.json`` and, when the file has them, the K2 timing and
+whole-backward tables after it (a bench.json without K2 keys renders exactly as before).
+"""
 
 from __future__ import annotations
 
@@ -33,8 +37,55 @@ def _both(header, rows, caption):
     return md, tex
 
 
+K2_COLS = [("T", "T", "{:d}"), ("V", "d_v", "{:d}"), ("BH", "B*H", "{:d}"), ("chunks", "chunks", "{:d}"),
+           ("floor_ms", "floor ms", "{:.3f}"), ("native_ms", "native K2 ms", "{:.3f}"),
+           ("native_over_floor", "native/floor", "{:.2f}"), ("torch_ms", "torch K2 ms", "{:.3f}"),
+           ("speedup_vs_torch", "x torch", "{:.2f}")]
+BWD_COLS = [("T", "T", "{:d}"), ("V", "d_v", "{:d}"), ("BH", "B*H", "{:d}"), ("torch_ms", "torch bwd ms", "{:.3f}"),
+            ("native_k1_ms", "native K1 bwd ms", "{:.3f}"), ("native_k1k2_ms", "native K1+K2 bwd ms", "{:.3f}"),
+            ("speedup_native_k1_vs_torch", "x torch (K1)", "{:.2f}"),
+            ("speedup_native_k1k2_vs_torch", "x torch (K1+K2)", "{:.2f}")]
+
+
+def k2_tables(result: dict) -> tuple[str, str]:
+    """The K2 timing table and the whole-backward table (H200), captions with the K2 correctness summary;
+    empty strings when ``result`` has none of the K2 keys."""
+    if not any(k in result for k in ("k2_timing", "k2_correctness", "backward_timing")):
+        return "", ""
+    corr = result.get("k2_correctness", [])
+    outs = ("dXe", "du", "dA")
+    worst_t = max((r[f"{o}_rel_vs_torch32"] for r in corr for o in outs), default=float("nan"))
+    worst_f = max((r[f"{o}_rel_vs_f64_same_operands"] for r in corr for o in outs), default=float("nan"))
+    ok = all(r["bitwise_3runs"] and r["nan_free"] and r["dA_upper_zero"] for r in corr) if corr else False
+    ceil = result.get("ceilings", {})
+    rows = [[_cell(r, k, f) for k, _, f in K2_COLS] for r in result.get("k2_timing", [])]
+    cap = ("K2 (WY / triangular-inverse VJP: dXe, du, dA), sm_90a SIMT kernel, float32, d_k=128, C=64, on {dev}; "
+           "median of CUDA-event timings, native and torch on the same operands. Correctness before timing: {n} "
+           "configurations, worst rel. error vs torch float32 {wt:.1e}, vs float64 on the same operands {wf:.1e}; "
+           "all outputs written, dA zero on and above the diagonal, bitwise identical over 3 runs: {b}. "
+           "Floor = max(bytes / {bw:.0f} GB/s copy, FLOPs / {fl:.1f} TFLOP/s fp32 matmul).").format(
+        dev=result.get("device", "?"), n=len(corr), wt=worst_t, wf=worst_f, b="yes" if ok else "no",
+        bw=ceil.get("copy_GBps", float("nan")), fl=ceil.get("fp32_matmul_TFLOPs", float("nan")))
+    md, tex = _both([h for _, h, _ in K2_COLS], rows, cap)
+    brows = [[_cell(r, k, f) for k, _, f in BWD_COLS] for r in result.get("backward_timing", [])]
+    bcap = ("Whole chunked backward (float32, d_k=128, C=64) on {dev}: torch, native K1 only, native K1 + K2; "
+            "B*H capped so the torch path's [chunks, C, C, d_k] pairwise tensors fit in memory.").format(
+        dev=result.get("device", "?"))
+    bmd, btex = _both([h for _, h, _ in BWD_COLS], brows, bcap)
+    return md + "\n" + bmd, tex + "\n" + btex
+
+
 def bench_table(result: dict) -> tuple[str, str]:
-    """The K1 timing table (H200) with the correctness summary as its caption."""
+    """The K1 timing table (H200) with the correctness summary as its caption, then the K2 tables when the
+    result has K2 keys (:func:`k2_tables`)."""
+    md, tex = _k1_bench_table(result)
+    k2md, k2tex = k2_tables(result)
+    if k2md:
+        md, tex = md + "\n" + k2md, tex + "\n" + k2tex
+    return md, tex
+
+
+def _k1_bench_table(result: dict) -> tuple[str, str]:
     rows = [[_cell(r, k, f) for k, _, f in BENCH_COLS] for r in result.get("timing", [])]
     corr = result.get("k1_correctness", [])
     worst = max((r["ddelta_rel_vs_f64"] for r in corr), default=float("nan"))

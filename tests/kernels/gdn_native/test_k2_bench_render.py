@@ -1,0 +1,62 @@
+"""The device benchmark's K2 stages and their rendering, exercised on the CPU (no GPU needed).
+
+Properties: (1) adding the K2 tables left the rendering of a bench.json without K2 keys byte-identical (the
+committed results/native/bench.json still renders to the committed paper tables); (2) the benchmark script's
+K2 stages run end to end in ``--dry-run`` mode (torch code standing in for the native kernels, tiny shapes),
+``--merge`` keeps the keys of the stages it did not run, ``--budget-s`` skips and records instead of running
+past its budget, and the resulting bench.json renders K1 rows unchanged plus the K2 and backward rows.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from kernels.gdn.native.render import bench_table, k2_tables
+
+ROOT = Path(__file__).resolve().parents[3]
+BENCH = ROOT / "results/native/bench.json"
+
+
+def _run_bench(tmp_path, *args):
+    env = dict(os.environ, OMP_NUM_THREADS="1", LETHE_GIT_SHA="test-dry-run")
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments/native/bench.py"), "--dry-run",
+                           "--out", str(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads((tmp_path / "bench.json").read_text()), proc.stdout
+
+
+def test_old_bench_json_renders_unchanged():
+    old = json.loads(BENCH.read_text())
+    assert "k2_timing" not in old
+    md, tex = bench_table(old)
+    assert md == (ROOT / "paper/tables/native_bench.md").read_text()
+    assert tex == (ROOT / "paper/tables/native_bench.tex").read_text()
+    assert k2_tables(old) == ("", "")
+
+
+def test_dry_run_k2_stages_merge_and_render(tmp_path):
+    out, stdout = _run_bench(tmp_path, "--stages", "k2_correctness,k2_timing,backward_timing",
+                             "--merge", str(BENCH))
+    assert "[t=" in stdout and "stage k2_timing" in stdout  # progress lines
+    for key in ("k2_correctness", "k2_timing", "backward_timing"):
+        assert out[key] and f"{key}_error" not in out, out.get(f"{key}_error")
+    assert all(r["passed"] for r in out["k2_correctness"])
+    old = json.loads(BENCH.read_text())
+    assert out["timing"] == old["timing"] and out["k1_correctness"] == old["k1_correctness"]  # merged, kept
+    assert out["merged_from"]["file"] == str(BENCH)
+    assert out["stages_run"] == ["k2_correctness", "k2_timing", "backward_timing"]
+    md, tex = bench_table(out)
+    k1md, _ = bench_table({k: v for k, v in out.items() if k not in ("k2_correctness", "k2_timing",
+                                                                      "backward_timing")})
+    assert md.startswith(k1md.split("\n\nK1 (")[0])  # the K1 rows are the committed ones
+    assert "native K2 ms" in md and "native K1+K2 bwd ms" in md and "native K2 ms" in tex
+    assert md.count("\n| 128 | 64 |") == 2 and md.count("\n| 256 | 128 |") == 2  # one K2 row + one bwd row each
+
+
+def test_budget_skips_are_recorded(tmp_path):
+    out, _ = _run_bench(tmp_path, "--stages", "k2_correctness,k2_timing", "--budget-s", "0")
+    assert out["k2_correctness_skipped"] == "budget" and out["k2_timing_skipped"] == "budget"
+    assert "k2_timing" not in out
