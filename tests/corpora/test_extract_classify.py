@@ -144,3 +144,55 @@ def test_real_sakana_subset_converts():
         compile(i["candidate"], i["id"], "exec")
         assert i["op_class"] == "matmul"
     assert json.dumps(items)  # serialisable as audit items
+
+
+CONV_CUDA = """#include <torch/extension.h>
+torch::Tensor conv_relu_bias(torch::Tensor x, torch::Tensor conv_weight, torch::Tensor conv_bias,
+                             torch::Tensor bias) {
+    return x;
+}
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("forward", &conv_relu_bias, "f"); }
+"""
+CONV_REF = """import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, cin, cout, k, bias_shape):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(cin, cout, k)
+        self.bias = nn.Parameter(torch.randn(bias_shape) * 0.02)
+
+    def forward(self, x):
+        return torch.relu(self.conv(x)) + self.bias
+
+def get_inputs():
+    return [torch.randn(2, 3, 8, 8)]
+
+def get_init_inputs():
+    return [3, 4, 3, (4, 1, 1)]
+"""
+
+
+def test_sakana_parameters_follow_assignment_order_not_module_parameters_order(monkeypatch):
+    """The archive's Conv2d+ReLU+BiasAdd host function takes (x, conv_weight, conv_bias, bias): the order
+    __init__ assigned them. Module.parameters() would give bias first (own parameters before submodules')."""
+    import torch.nn.functional as F
+
+    def fake_load_inline(name, cpp_sources, cuda_sources, functions, verbose):
+        def conv_relu_bias(x, conv_weight, conv_bias, bias):
+            assert conv_weight.dim() == 4 and conv_bias.dim() == 1 and bias.dim() == 3
+            return torch.relu(F.conv2d(x, conv_weight, conv_bias)) + bias
+        return types.SimpleNamespace(conv_relu_bias=conv_relu_bias)
+
+    monkeypatch.setattr("torch.utils.cpp_extension.load_inline", fake_load_inline)
+    ns: dict = {}
+    exec(compile(S.to_candidate(CONV_CUDA, CONV_REF, ext_name="c"), "cand.py", "exec"), ns)  # noqa: S102
+    ref_ns: dict = {}
+    exec(compile(CONV_REF, "ref.py", "exec"), ref_ns)  # noqa: S102
+    torch.manual_seed(0)
+    ref_model = ref_ns["Model"](3, 4, 3, (4, 1, 1))
+    torch.manual_seed(0)
+    cand_model = ns["ModelNew"](3, 4, 3, (4, 1, 1))
+    assert [n for n, _ in cand_model.named_parameters()] == ["bias", "conv.weight", "conv.bias"]
+    x = torch.randn(2, 3, 8, 8)
+    assert torch.equal(cand_model(x), ref_model(x))

@@ -7,8 +7,10 @@ and a KernelBench-style reference ``Model``. The candidate made here:
   function instead (``functions=[name]``, with a C++ declaration parsed from its definition);
 - defines ``ModelNew`` as a subclass of a private copy of the reference ``Model``, so it registers the very same
   parameters in the same order and, under the same seed, gets the same initial values;
-- calls the host function with the forward inputs followed by the module's parameters in registration order
-  (the archive's functional convention), and non-tensor host arguments from same-named module attributes.
+- calls the host function with the forward inputs followed by the module's parameters in the order ``__init__``
+  assigned them, a submodule's parameters at the submodule's place (the archive's functional convention:
+  ``forward(x, conv_weight, conv_bias, bias)`` for ``self.conv = Conv2d(...); self.bias = Parameter(...)``, which
+  ``Module.parameters()`` would list as bias first), and non-tensor host arguments from same-named attributes.
 
 The CUDA source is compiled lazily, on the first forward, so building the candidate never needs a GPU.
 """
@@ -142,8 +144,32 @@ def _ext():
 class ModelNew(_SakanaReferenceParams):
     """Same parameters as Model (inherited __init__); forward runs the archive's CUDA host function."""
 
+    def __setattr__(self, name, value):
+        # Module.parameters() lists a module's own parameters before its submodules', whatever order __init__
+        # assigned them in (Conv2d then a bias -> bias, conv.weight, conv.bias); the archive's host functions
+        # take them in assignment order (conv_weight, conv_bias, bias), so record that order.
+        if isinstance(value, (_torch.nn.Parameter, _torch.nn.Module)):
+            order = self.__dict__.setdefault("_lethe_assign_order", [])
+            if name not in order:
+                order.append(name)
+        super().__setattr__(name, value)
+
+    def _params_in_assignment_order(self):
+        out, seen = [], set()
+        for name in self.__dict__.get("_lethe_assign_order", []):
+            obj = getattr(self, name, None)
+            items = [obj] if isinstance(obj, _torch.nn.Parameter) else (
+                list(obj.parameters()) if isinstance(obj, _torch.nn.Module) else [])
+            for prm in items:
+                if id(prm) not in seen:
+                    seen.add(id(prm))
+                    out.append(prm)
+        # anything registered another way (register_parameter, containers) keeps Module.parameters() order, last
+        out.extend(prm for prm in self.parameters() if id(prm) not in seen)
+        return out
+
     def forward(self, *inputs):
-        params = list(self.parameters())
+        params = self._params_in_assignment_order()
         call = []
         feed = list(inputs) + params
         for name, kind in _ARGS:
