@@ -19,6 +19,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
@@ -56,6 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--work", default="", help="persistent build/checkpoint directory (default: --out)")
     ap.add_argument("--phases", default="compile,audit,kb,scaling")
     ap.add_argument("--workers", type=int, default=16, help="parallel compile processes")
+    ap.add_argument("--retry-failed", action="store_true",
+                    help="rebuild candidates whose recorded build failed (default: a failed build stays failed)")
     ap.add_argument("--profiles", default="strict,cuda-default,fast-math")
     ap.add_argument("--scaling", default="1,2,4", help="concurrent shards for the scaling measurement")
     ap.add_argument("--scaling-kernels", type=int, default=16)
@@ -99,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     compile_log = work / "compile.jsonl"
     done_c = {}
     if compile_log.exists():
-        done_c = {r.get("uid"): r for r in map(json.loads, compile_log.read_text().splitlines()) if r.get("compiled")}
+        done_c = {r.get("uid"): r for r in map(json.loads, compile_log.read_text().splitlines())
+                  if r.get("compiled") or not args.retry_failed}
     todo = [it for it in items if it["candidate"] and it["uid"] not in done_c]
     t0 = time.perf_counter()
     compile_rows = [done_c[it["uid"]] for it in items if it["uid"] in done_c]
@@ -123,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     # Is the shared build cache hit by a fresh process? (A miss would put nvcc inside every audit.)
-    first = next((it for it in items if compiled.get(it["uid"], {}).get("compiled")), None)
+    # Only a build whose binary is on this machine can be checked (a resumed --work may list builds made
+    # elsewhere); checking another would time a full rebuild instead.
+    def _on_disk(it):
+        m = re.search(r"_load_inline\(name='([^']+)'", it["candidate"] or "")
+        return bool(m) and os.path.exists(os.path.join(ext_dir, m.group(1), m.group(1) + ".so"))
+
+    first = next((it for it in items if compiled.get(it["uid"], {}).get("compiled") and _on_disk(it)), None)
     if first is not None:
         with ProcessPoolExecutor(max_workers=1) as pool:
             again = pool.submit(_compile_one, first["id"], first["candidate"], ext_dir).result()

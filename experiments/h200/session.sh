@@ -3,10 +3,14 @@
 # $OUT/results.tar.gz (the device returns at most 8 files) plus per-step logs.
 #   LETHE_GIT_SHA=<sha> bash experiments/h200/session.sh "pc,sakana,fla" <seconds-total>
 # flacmp (experiments/gdn/fla_compare.py, fla vs our GDN kernels) takes extra arguments from $FLACMP_ARGS.
+# A step may carry its own cap in seconds, "step:cap" (e.g. "sakana_bg,fla640q:150,native:100,sakana,flacmp").
+# sakana_bg starts the sakana compile phase in the background (CPU only: nvcc on 16 workers) so that GPU steps
+# run meanwhile; the next sakana step waits for it. native needs the CuTe DSL on PYTHONPATH (/opt/cute).
 set -u
 steps=${1:-pc,sakana,fla}
 budget=${2:-560}
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
+# an incoming PYTHONPATH is kept (e.g. the CuTe DSL unpacked under /opt/cute, for fla_compare.py --impls native)
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
 start=$(date +%s)
 left() { echo $(( budget - ($(date +%s) - start) )); }
 mkdir -p $OUT/r
@@ -15,13 +19,32 @@ shm_free=$(df -Pk /dev/shm 2>/dev/null | awk 'NR==2 {print $4}')
 if [ "${shm_free:-0}" -gt 16000000 ]; then export TMPDIR=/dev/shm; fi
 echo "TMPDIR=${TMPDIR:-/tmp} (shm free ${shm_free:-?} KiB)"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $OUT/r/gpu.txt 2>&1
-for step in ${steps//,/ }; do
-  t=$(left); [ "$t" -gt 30 ] || { echo "skip $step: no time left"; continue; }
-  echo "== $step ($t s left)"
+bg_pid=""
+for spec in ${steps//,/ }; do
+  step=${spec%%:*}; cap=${spec#*:}; [ "$cap" = "$spec" ] && cap=0
+  t=$(left); [ "$cap" -gt 0 ] && [ "$cap" -lt "$t" ] && t=$cap
+  [ "$t" -gt 30 ] || { echo "skip $step: no time left"; continue; }
+  echo "== $step ($t s for it)"; step_t0=$(date +%s)
   case $step in
     pc) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites positive_control > $OUT/r/pc.log 2>&1 ;;
     rt) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites red_team > $OUT/r/rt.log 2>&1 ;;
+    sakana_bg) w=${SAKANA_WORK:-.build/sakana}; mkdir -p $w $OUT/r
+            python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana_compile --work $w \
+              --levels ${SAKANA_LEVELS:-1,2} --limit ${SAKANA_LIMIT:-0} --phases compile --workers 16 \
+              > $OUT/r/sakana_compile.log 2>&1 &
+            bg_pid=$! ;;
+    fla640q) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
+           && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
+              --quick --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
+    native) timeout $((t/2)) python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/gdn_native/test_native_gpu.py \
+              > $OUT/r/native_pytest.log 2>&1
+            t=$(left); [ "$cap" -gt 0 ] && t=$(( cap - ($(date +%s) - step_t0) ))
+            timeout $((t > 20 ? t - 10 : 10)) python3 experiments/native/bench.py --out $OUT/r/native \
+              --merge results/native/bench.json --stages ${NATIVE_STAGES:-k2_correctness,k2_timing,backward_timing} \
+              --budget-s $((t > 40 ? t - 30 : 10)) > $OUT/r/native.log 2>&1 ;;
     sakana) w=${SAKANA_WORK:-.build/sakana}; mkdir -p $w
+            [ -n "$bg_pid" ] && { echo "   waiting for the background compile"; wait $bg_pid; bg_pid=""; }
+            t=$(left); [ "$cap" -gt 0 ] && [ "$cap" -lt "$t" ] && t=$cap
             timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --work $w \
               --levels ${SAKANA_LEVELS:-1,2} --limit ${SAKANA_LIMIT:-0} --budget-s ${SAKANA_BUDGET:-0} \
               --phases ${SAKANA_PHASES:-compile,audit,kb,scaling} --workers 16 --scaling ${SAKANA_SCALING:-1,2,4} \
