@@ -431,6 +431,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oracle-device", choices=("cuda", "cpu"), default=None,
                     help="where the float64 oracle runs (default: cuda when available)")
     ap.add_argument("--skip-verifier", action="store_true")
+    ap.add_argument("--only-verifier", action="store_true", help="run only the verifier pairs of the plan")
+    ap.add_argument("--max-tasks", type=int, default=0, help="keep the first N tasks of the plan (0: all)")
+    ap.add_argument("--ignore-estimates", action="store_true",
+                    help="start a task whenever budget is left (the caller's hard timeout bounds it)")
     ap.add_argument("--cpu-plumbing", action="store_true",
                     help="no GPU: run one direct cell and one pair on the CPU to exercise the plumbing only")
     ap.add_argument("--verify-timeout-s", type=float, default=300.0)
@@ -471,6 +475,10 @@ def main(argv: list[str] | None = None) -> int:
                  {"kind": "verify", "pair": F.Pair(F.pair_id("sgla", 64, None, 16), "sgla", 64, None, T=16)}]
     if args.skip_verifier:
         tasks = [t for t in tasks if t["kind"] != "verify"]
+    if args.only_verifier:
+        tasks = [t for t in tasks if t["kind"] == "verify"]
+    if args.max_tasks:
+        tasks = tasks[: args.max_tasks]
     doc = {"schema": SCHEMA, "fla": fla_info, "thresholds": {"ok_rel": OK_REL, "wrong_rel": WRONG_REL,
                                                              "control_factor": CONTROL_FACTOR},
            "shapes": {"B": args.batch, "H": args.heads}, "cells": [], "verifier": [], "skipped": [],
@@ -492,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
         name = _task_name(t)
         left = args.budget_s - (time.perf_counter() - t_start)
         est = estimate_s(t, seen)
-        if left < est:
+        if left < est and not (args.ignore_estimates and left > 0):
             doc["skipped"].append({"task": name, "left_s": round(left, 1), "estimate_s": est})
             log(f"skip {name}: {left:.0f}s left < estimate {est:.0f}s")
             continue
