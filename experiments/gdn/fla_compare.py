@@ -35,6 +35,19 @@
     the forward, and forward+backward; warm-up first, then ``--reps`` rounds over ``--sets`` input sets; median, p10, p90.
     Each row carries FLOPs and minimal HBM bytes of the chunked algorithm (:func:`chunk_counts`) and the roofline
     floor from ceilings measured at the start (bf16 matmul, device copy), plus the spec-sheet floor, labelled.
+    An implementation whose check fails (non-finite values, or a worst relative error above ``--check-gate-rel``
+    against the float64 slice, or against ours where no slice was checked) is not timed: a ``skip`` row says why.
+
+    ``--impls`` picks the implementations of (b) (default: every one available). ``native`` is our
+    ``chunk_family(..., backend="native")`` (kernels/gdn/native/backend.py): the torch chunked forward and backward
+    with the reverse state scan (K1) replaced by the CuTe DSL kernel. It is included by default only when CUDA and
+    the CuTe DSL are both importable. It takes the same bf16 tensors as the others; the torch chunked path casts
+    them to float32 inside, so its forward, K1 (float32 FFMA) and K2 all compute in float32 and its gradients are
+    returned in bf16 (rows: ``compute_dtype``; ``native_k1`` says whether the CuTe kernel actually ran, from a
+    count of its host-wrapper calls). That forward materialises [B, H, N, C, C, K] float32 pair tensors
+    (32 GiB each at 2**20 head-tokens, K = 128), so native is timed in ``bench_native`` cells of
+    ``--native-head-tokens`` (default 2**16) head-tokens, together with fla and ours at that same size so that
+    every ratio compares equal work; the large cells carry a ``skip`` row for native saying so.
 
 fla's autotuning (the reason an earlier attempt never finished an op in 100 s): every kernel autotunes on its
 first call, compiling its configs one after another. :class:`FlaAutotunePolicy` patches Triton's ``Autotuner``
@@ -57,6 +70,7 @@ SIGTERM or an alarm at budget + 10 s ends the run cleanly with the summary writt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -83,6 +97,11 @@ DEFAULT_TRITON_CACHE = "/tmp/lethe-flacmp-triton-cache"
 SPEC_H200 = {"bf16_dense_tflops": 989.0, "tf32_dense_tflops": 494.0, "hbm_tbps": 4.8,
              "source": "NVIDIA H200 SXM datasheet (dense tensor-core rates; spec, not measured)"}
 
+# Every implementation part (b) knows, in the order a cell runs them ("ours" first: the others are checked
+# against it). "torch" stands in for fla in --dry-run, where fla cannot run.
+BENCH_IMPLS = ("ours", "fla", "native")
+DRY_BENCH_IMPLS = ("ours", "torch", "native")
+
 # member -> fla op, guarded by #640 on Hopper + Triton < 3.7.1, leaves (in call order), gate shape, erase?
 MEMBERS = {
     "gdn": dict(fla_op="fla.ops.gdn2.chunk_gdn2", guarded=False, leaves=("q", "k", "v", "g", "b", "w"),
@@ -98,6 +117,10 @@ MEMBERS = {
     "la": dict(fla_op="fla.ops.simple_gla.chunk_simple_gla", guarded=False, leaves=("q", "k", "v"),
                scalar_gate=False, erase=False, ours_member="la"),
 }
+# chunk_family sends every member through the one ChunkGDNFunction, whose "native" branch calls
+# NATIVE_BACKENDS["default"] whatever the gates are (K1 has an erase and a no-erase variant), so the native
+# backend covers every member; kept as a set so that a backend limited to some members only edits this line.
+NATIVE_MEMBERS = frozenset(MEMBERS)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -415,7 +438,8 @@ class Run:
     g_dtype: torch.dtype
     K: int
     C: int
-    impls: tuple  # ("ours", "fla") on the GPU; ("ours", "torch") in --dry-run (torch stands in for fla)
+    impls: tuple  # part (a): ("ours", "fla") on the GPU; ("ours", "torch") in --dry-run (torch stands in for fla)
+    bench_impls: tuple = ()  # part (b), from --impls (a subset of BENCH_IMPLS / DRY_BENCH_IMPLS, "ours" first)
     t0: float = field(default_factory=time.perf_counter)
     rows: list = field(default_factory=list)
     seen: set = field(default_factory=set)
@@ -461,7 +485,7 @@ def nonfinite(t: torch.Tensor) -> int:
 
 @dataclass
 class Task:
-    kind: str  # ceilings | precompile | correct | bench | bench_torch
+    kind: str  # ceilings | precompile | correct | bench | bench_native | bench_torch
     member: str = ""
     V: int = 0
     T: int = 0
@@ -476,11 +500,14 @@ class Task:
         return f"{self.kind} {self.member} V={self.V} T={self.T}"
 
 
-def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, parts, torch_bench=True) -> list[Task]:
+def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, parts, torch_bench=True,
+         native_lengths=(), main_cells=True) -> list[Task]:
     """Priority order. (a) first: the two benchmarked members (gdn, sgdn) at both d_v and both lengths, then the
     other members at d_v = 128 and the short length; (b) the timing sweep, d_v = 128 first, the first length
     first (the one fla is re-tuned at); then the rest of (a) (other members at d_v = 64, the long length);
-    last our torch backend at the shortest bench length. ``precompile`` tasks compile our kernels for the tasks
+    then the ``bench_native`` cells (``native_lengths``, empty when native is not timed separately), d_v = 128
+    first; last our torch backend at the shortest bench length. ``main_cells=False`` leaves out the sweep itself
+    (a run that adds native's cells to an earlier one). ``precompile`` tasks compile our kernels for the tasks
     that follow them (up to the next one): one before everything, one before the second half of the sweep."""
     tasks: list[Task] = ([Task("ceilings")] if "bench" in parts else []) + [Task("precompile", V=0)]
     a_first, a_rest = [], []
@@ -505,13 +532,18 @@ def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, pa
     b = []
     if "bench" in parts:
         for V in sorted(dvs, reverse=True):
-            for m in members_bench:
+            for m in members_bench if main_cells else ():
                 b += [Task("bench", m, V, T) for T in lengths_bench]
+        for V in sorted(dvs, reverse=True):
+            for m in members_bench:
+                if m in NATIVE_MEMBERS:
+                    b += [Task("bench_native", m, V, T) for T in native_lengths]
         if torch_bench:
             b += [Task("bench_torch", "gdn", V, min(lengths_bench)) for V in sorted(dvs, reverse=True)]
     sweep = [t for t in b if t.kind == "bench"]
     head = [t for t in sweep if t.V == max(dvs)]
-    tail = [t for t in sweep if t.V != max(dvs)] + a_rest + [t for t in b if t.kind != "bench"]
+    tail = ([t for t in sweep if t.V != max(dvs)] + a_rest + [t for t in b if t.kind == "bench_native"]
+            + [t for t in b if t.kind == "bench_torch"])
     out = tasks + a_first + head + ([Task("precompile", V=1)] if tail else []) + tail
     for i, t in enumerate(out):  # each precompile gets the launch sets of the tasks up to the next one
         if t.kind == "precompile":
@@ -537,6 +569,10 @@ def estimate_s(run: Run, task: Task) -> float:
     if task.kind == "bench":
         retune = a.est_fla_retune_s if ("fla_tuned_at_bench", task.member, task.V) not in run.seen else 0.0
         return ours + fla + retune + a.est_bench_cell_s
+    if task.kind == "bench_native":
+        # the CuTe kernel is compiled per (B*H, N, d_v, erase): every length at this size is a new binary
+        native = 2.0 if ("native", task.V, task.T) in run.seen else a.est_native_compile_s
+        return ours + (fla if "fla" in run.bench_impls else 0.0) + native + a.est_bench_cell_s + 10.0
     return a.est_bench_cell_s + 10.0
 
 
@@ -548,9 +584,49 @@ def run_task(run: Run, task: Task) -> None:
     elif task.kind == "correct":
         correctness_cell(run, task.member, task.V, task.T)
     elif task.kind == "bench":
-        bench_cell(run, task.member, task.V, task.T, impls=run.impls)
+        main = tuple(i for i in run.bench_impls if i != "native" or native_in_main(run.args))
+        if "native" in run.bench_impls and "native" not in main:
+            skip_native_at_size(run, task.member, task.V, task.T)
+        bench_cell(run, task.member, task.V, task.T, impls=main)
+    elif task.kind == "bench_native":
+        bench_cell(run, task.member, task.V, task.T, impls=run.bench_impls, head_tokens=run.args.native_head_tokens,
+                   cell="bench_native")
     elif task.kind == "bench_torch":
-        bench_cell(run, task.member, task.V, task.T, impls=("torch",), head_tokens=run.args.torch_head_tokens)
+        bench_cell(run, task.member, task.V, task.T, impls=("torch",), head_tokens=run.args.torch_head_tokens,
+                   cell="bench_torch")
+
+
+def native_in_main(args) -> bool:
+    """Whether native fits the main cells' size (then it runs there and no bench_native cells are planned)."""
+    return args.native_head_tokens >= args.head_tokens
+
+
+def native_meta(args, bench_impls) -> dict | None:
+    """Where native is timed (the meta row's ``native``; None when it is not part of this run)."""
+    if "native" not in bench_impls:
+        return None
+    main = native_in_main(args)
+    return {"head_tokens": args.head_tokens if main else args.native_head_tokens, "in_main_cells": main,
+            "lengths": list(args.bench_lengths if main else args.native_lengths),
+            "members": sorted(set(args.bench_members) & NATIVE_MEMBERS)}
+
+
+def budget_skip_row(run: Run, task: Task, estimate_s: float) -> dict:
+    return {"kind": "skip", "task": task.name, "reason": "budget", "left_s": round(run.left(), 1),
+            "estimate_s": estimate_s, **task_fields(run, task)}
+
+
+def task_fields(run: Run, task: Task) -> dict:
+    """Where a skipped or failed task would have landed in the bench table: member, d_v, T, B, H, cell."""
+    ht = {"bench": run.args.head_tokens, "bench_native": run.args.native_head_tokens,
+          "bench_torch": run.args.torch_head_tokens}.get(task.kind)
+    if ht is None:
+        return {}
+    B = bench_batch(ht, run.args.heads, task.T)
+    # the counts let the table show the floor of a cell that was never timed
+    return {"member": task.member, "V": task.V, "T": task.T, "B": B, "H": run.args.heads, "cell": task.kind,
+            "counts": chunk_counts(task.member, B, run.args.heads, task.T, run.K, task.V, run.C,
+                                   in_bytes=run.dtype.itemsize)}
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -562,7 +638,7 @@ def ours_combos(tasks: list[Task]) -> list[tuple[bool, int, int]]:
     a compile-time constant, so each T is its own binary; the others depend on d_v and erase only)."""
     out = set()
     for t in tasks:
-        if t.kind in ("correct", "bench"):
+        if t.kind in ("correct", "bench", "bench_native"):
             out.add((MEMBERS[t.member]["erase"], t.V, t.T))
     return sorted(out)
 
@@ -681,6 +757,8 @@ def _impl_call(run: Run, impl: str, member: str):
         return ours_fn(member, "triton", run.C), False
     if impl == "torch":
         return ours_fn(member, "torch", run.C), False
+    if impl == "native":
+        return ours_fn(member, "native", run.C), False
     raise KeyError(impl)
 
 
@@ -863,18 +941,160 @@ def _slice_check(run: Run, member: str, leaves: dict, do: torch.Tensor, results:
     return out
 
 
-def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | None = None) -> None:
+def bench_base(run: Run, member: str, V: int, T: int, head_tokens: int | None = None,
+               cell: str = "bench") -> tuple[int, dict, dict]:
+    """(B, chunk_counts, the fields every row of this cell carries)."""
     a = run.args
     H = a.heads
     B = bench_batch(head_tokens or a.head_tokens, H, T)
-    scale = run.K ** -0.5
     counts = chunk_counts(member, B, H, T, run.K, V, run.C, in_bytes=run.dtype.itemsize)
     base = {"member": member, "fla_op": MEMBERS[member]["fla_op"], "V": V, "T": T, "B": B, "H": H, "K": run.K,
             "chunk": run.C, "dtype": str(run.dtype).replace("torch.", ""),
-            "g_dtype": str(run.g_dtype).replace("torch.", ""), "counts": counts}
+            "g_dtype": str(run.g_dtype).replace("torch.", ""), "cell": cell, "counts": counts}
+    return B, counts, base
+
+
+def native_pair_gib(counts: dict, K: int) -> float:
+    """GiB of one [B, H, N, C, C, K] float32 tensor of the torch chunked forward (what bounds native's size)."""
+    return counts["chunks"] * counts["C"] ** 2 * K * 4 / 2**30
+
+
+def skip_native_at_size(run: Run, member: str, V: int, T: int) -> None:
+    _, counts, base = bench_base(run, member, V, T)
+    a = run.args
+    run.emit({"kind": "skip", "task": f"timing native {member} V={V} T={T}", "impl": "native", **base,
+              "reason": f"native not run at B*H*T = {a.head_tokens}: its torch chunked forward makes [B,H,N,C,C,K] "
+                        f"float32 tensors of {native_pair_gib(counts, run.K):.3g} GiB each here; timed at "
+                        f"B*H*T = {a.native_head_tokens} (bench_native cells)"})
+
+
+@contextlib.contextmanager
+def count_native_k1():
+    """Counts calls of the native K1's host wrapper while active. The native backend silently keeps the torch
+    scan for CPU or float64 inputs, so a count of zero is how a row tells that the CuTe kernel did not run."""
+    counter = {"calls": None}
+    try:
+        from kernels.gdn.native import api
+        orig = api.native_reverse_state_scan
+    except (ImportError, AttributeError):  # the wrapper moved: report "unknown" rather than fail the cell
+        api = None
+    if api is None:
+        yield counter
+        return
+    counter["calls"] = 0
+
+    def counted(*args, **kwargs):
+        counter["calls"] += 1
+        return orig(*args, **kwargs)
+
+    api.native_reverse_state_scan = counted
+    try:
+        yield counter
+    finally:
+        api.native_reverse_state_scan = orig
+
+
+def native_labels(run: Run, k1_calls: int | None) -> dict:
+    """Fields of every native row: what it computed in, and whether the CuTe K1 ran."""
+    if k1_calls is None:
+        k1 = "unknown (K1 wrapper not found)"
+    elif k1_calls > 0:
+        k1 = "cute-dsl"
+    elif run.device != "cuda":
+        k1 = "torch scan (fallback: no CUDA)"
+    else:  # the backend's own test says it should have run; the count cannot tell a fallback from a rename
+        k1 = "not seen (0 calls of the K1 wrapper counted)"
+    return {"compute_dtype": "float64" if run.dtype == torch.float64 else "float32", "native_k1": k1,
+            "native_k1_calls": k1_calls}
+
+
+def check_row(base: dict, vs_ours: dict, nonfinite_by_impl: dict, vs_slice: dict, gate: float) -> dict:
+    """The ``bench_check`` row of a cell from its error dicts.
+
+    ``vs_ours``: {impl: {tensor: max|impl - ours| / max|ours|}} for every impl other than ours;
+    ``vs_slice``: {impl: {tensor: error vs the float64 slice}}, or {"skipped"/"error": why};
+    ``gate``: the worst relative error an impl may show and still be timed (0: only non-finite values gate).
+    """
+    row = {"kind": "bench_check", **base}
+    by = {}
+    for impl, errs in vs_ours.items():
+        by[impl] = {"impl": impl, "errors": errs, "worst_rel_err": max(errs.values()),
+                    "worst_tensor": max(errs, key=errs.get), "metric": "max|impl - ours| / max|ours|"}
+    if by:
+        row["vs_ours"] = next(iter(by.values()))  # the first other impl (fla): the field part (a)'s readers know
+        row["vs_ours_by_impl"] = by
+    row["nonfinite"] = dict(nonfinite_by_impl)
+    if "skipped" in vs_slice or "error" in vs_slice:
+        row["vs_float64_slice"] = dict(vs_slice)
+    else:
+        row["vs_float64_slice"] = {impl: {"errors": e, "worst_rel_err": max(e.values()),
+                                          "worst_tensor": max(e, key=e.get)} for impl, e in vs_slice.items()}
+    row["gate"] = {"max_rel": gate, "failed": gate_failures(row, gate)}
+    return row
+
+
+def gate_failures(check: dict, gate: float) -> dict:
+    """{impl: why it must not be timed}. The float64 slice judges every impl it covers; where there is none,
+    impls other than ours are judged against ours (ours itself is validated by the ladder and the CPU tests)."""
+    out = {}
+    sl = check.get("vs_float64_slice") or {}
+    have_slice = not ("skipped" in sl or "error" in sl)
+    for impl, n in check.get("nonfinite", {}).items():
+        if n:
+            out[impl] = f"{n} non-finite values in o or the gradients"
+            continue
+        if not gate:
+            continue
+        if have_slice and impl in sl:
+            e = sl[impl]
+            if e["worst_rel_err"] > gate:
+                out[impl] = f"{e['worst_rel_err']:.2e} ({e['worst_tensor']}) vs the float64 slice > {gate:g}"
+        elif impl in check.get("vs_ours_by_impl", {}):
+            e = check["vs_ours_by_impl"][impl]
+            if e["worst_rel_err"] > gate:
+                out[impl] = f"{e['worst_rel_err']:.2e} ({e['worst_tensor']}) vs ours > {gate:g}"
+    return out
+
+
+def timing_rows(run: Run, impl: str, base: dict, counts: dict, samples: dict, reps: int, nsets: int,
+                first_s: float, guarded: bool, peak_gib: float | None, extra: dict | None = None) -> list[dict]:
+    """The three ``bench`` rows (bwd, fwd, fwd+bwd) of one timed impl, with FLOPs, bytes and both floors."""
+    a = run.args
+    rows = []
+    for mode, key, flops, nbytes in (("bwd", "bwd", counts["bwd_flops"], counts["bwd_bytes"]),
+                                     ("fwd", "fwd", counts["fwd_flops"], counts["fwd_bytes"]),
+                                     ("fwd+bwd", "total", counts["fwd_flops"] + counts["bwd_flops"],
+                                      counts["fwd_bytes"] + counts["bwd_bytes"])):
+        xs = samples[key]
+        med = statistics.median(xs)
+        row = {"kind": "bench", "impl": impl, **base, "status": "ok", "mode": mode, "median_ms": med,
+               "p10_ms": quantile(xs, 0.1), "p90_ms": quantile(xs, 0.9), "n": len(xs), "reps": reps,
+               "sets": nsets, "flops": flops, "bytes": nbytes, "tflops": flops / (med * 1e-3) / 1e12,
+               "first_call_s": round(first_s, 2), "bypass_640": guarded, "cell_peak_mem_gib": peak_gib,
+               "timer": "cuda events" if run.device == "cuda" else "perf_counter (dry run)", **(extra or {})}
+        if mode == "bwd":
+            row["bytes_with_states"] = counts["bwd_bytes_with_states"]
+        if run.ceilings.get("measured"):
+            fl = roofline_ms(flops, nbytes, run.ceilings["bf16_matmul_tflops"], run.ceilings["copy_tbps"])
+            row.update(floor_ms=fl, over_floor=med / fl, floor_basis="measured bf16 matmul + copy")
+        fs = roofline_ms(flops, nbytes, SPEC_H200["bf16_dense_tflops"], SPEC_H200["hbm_tbps"])
+        row.update(floor_spec_ms=fs, over_floor_spec=med / fs)
+        if impl == "fla" and run.policy is not None:
+            row["fla_autotune"] = {**run.policy.describe(), "tuned_at": run.meta.get("fla_tuned_at", {}).get(
+                f"{base['member']} V={base['V']}"), "retune": a.fla_retune}
+        rows.append(row)
+    return rows
+
+
+def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | None = None,
+               cell: str = "bench") -> None:
+    a = run.args
+    scale = run.K ** -0.5
+    B, counts, base = bench_base(run, member, V, T, head_tokens, cell)
+    H = a.heads
     # our kernels index with 32-bit offsets: B*H*T_pad*max(K, V) and chunks*K*V must stay below 2**31
     if max(counts["chunks"] * run.C * max(run.K, V), counts["chunks"] * run.K * V) >= 2**31:
-        run.emit({"kind": "skip", "task": f"bench {member} V={V} T={T}", "reason": "int32 offsets in our kernels",
+        run.emit({"kind": "skip", "task": f"{cell} {member} V={V} T={T}", "reason": "int32 offsets in our kernels",
                   **base})
         return
     if run.device == "cuda":
@@ -895,47 +1115,55 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
             run.seen.add(tkey)
             run.meta.setdefault("fla_tuned_at", {})[f"{member} V={V}"] = {"B": B, "T": T, "H": H}
     # 1) first call per impl (compile / tune), results kept for the correctness check at this size
-    first, results = {}, {}
+    first, results, extra = {}, {}, {}
     for impl in impls:
         leaves, do = sets[0]
         try:
-            o, grads, secs, _ = fwd_bwd(run, impl, member, leaves, do, scale)
+            with count_native_k1() if impl == "native" else contextlib.nullcontext({}) as k1:
+                o, grads, secs, _ = fwd_bwd(run, impl, member, leaves, do, scale)
         except Exception as exc:  # noqa: BLE001
             run.emit({"kind": "bench", "impl": impl, **base, "status": "error",
                       "error": f"{type(exc).__name__}: {exc}"[:600], "trace": traceback.format_exc()[-1500:]})
             continue
         first[impl] = secs
         results[impl] = {"o": o, **grads}
+        extra[impl] = native_labels(run, k1["calls"]) if impl == "native" else {}
         if impl == "fla" and retuned:
             _maybe_cap_fla(run, secs, member, V)
         run.seen.add(("fla", member, V) if impl == "fla" else (impl, V))
         if impl != "fla":
             run.seen.add((impl, V, -(-T // run.C)))
+        if impl == "native":
+            run.seen.add(("native", V, T))
     if not results:
         return
-    # 2) correctness at this size: fla vs ours (the validated path), and the float64 slice
-    check = {"kind": "bench_check", **base}
-    other = [i for i in results if i != "ours"]
-    if other and "ours" in results:
-        errs = {n: rel_err(results[other[0]][n], results["ours"][n]) for n in results["ours"]}
-        check["vs_ours"] = {"impl": other[0], "errors": errs, "worst_rel_err": max(errs.values()),
-                            "worst_tensor": max(errs, key=errs.get), "metric": "max|impl - ours| / max|ours|"}
-    check["nonfinite"] = {impl: sum(nonfinite(t) for t in r.values()) for impl, r in results.items()}
+    # 2) correctness at this size: every other impl vs ours (the validated path), and the float64 slice
+    vs_ours = {}
+    if "ours" in results:
+        for impl in results:
+            if impl != "ours":
+                vs_ours[impl] = {n: rel_err(results[impl][n], results["ours"][n]) for n in results["ours"]}
+    nonfin = {impl: sum(nonfinite(t) for t in r.values()) for impl, r in results.items()}
     if T <= a.slice_check_max_t:
         try:
-            check["vs_float64_slice"] = _slice_check(run, member, sets[0][0], sets[0][1], results, scale)
+            sl = _slice_check(run, member, sets[0][0], sets[0][1], results, scale)
+            vs_slice = {impl: v["errors"] for impl, v in sl.items()}
         except Exception as exc:  # noqa: BLE001
-            check["vs_float64_slice"] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+            vs_slice = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     else:
-        check["vs_float64_slice"] = {"skipped": f"T > --slice-check-max-t {a.slice_check_max_t}"}
-    run.emit(check)
-    if "vs_ours" in check:
-        c = check["vs_ours"]
-        log(f"bench check {member} V={V} T={T}: {c['impl']} vs ours worst {c['worst_tensor']} "
-            f"{c['worst_rel_err']:.2e}")
+        vs_slice = {"skipped": f"T > --slice-check-max-t {a.slice_check_max_t}"}
+    check = run.emit(check_row(base, vs_ours, nonfin, vs_slice, a.check_gate_rel))
+    for impl, c in check.get("vs_ours_by_impl", {}).items():
+        log(f"bench check {member} V={V} T={T}: {impl} vs ours worst {c['worst_tensor']} {c['worst_rel_err']:.2e}")
     del results
-    # 3) timing
+    # 3) timing, of the impls that passed the check
     for impl in first:
+        why = check["gate"]["failed"].get(impl)
+        if why is not None:
+            run.emit({"kind": "skip", "task": f"timing {impl} {member} V={V} T={T}", "impl": impl, **base,
+                      "reason": f"correctness check failed: {why}"})
+            log(f"not timing {impl} {member} V={V} T={T}: {why}")
+            continue
         if impl == "fla" and run.policy is not None:
             run.policy.phase = f"bench {member} V={V} T={T} (timing)"
         fn, guarded = _impl_call(run, impl, member)
@@ -947,34 +1175,15 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
                       "error": f"{type(exc).__name__}: {exc}"[:600]})
             continue
         if not samples["total"]:
-            run.emit({"kind": "skip", "task": f"timing {impl} {member} V={V} T={T}", "reason": "budget",
-                      "left_s": round(run.left(), 1), "iter_s": iter_s})
+            run.emit({"kind": "skip", "task": f"timing {impl} {member} V={V} T={T}", "impl": impl, **base,
+                      "reason": "budget", "left_s": round(run.left(), 1), "iter_s": iter_s})
             continue
         peak = torch.cuda.max_memory_allocated() / 2**30 if run.device == "cuda" else None
-        for mode, key, flops, nbytes in (("bwd", "bwd", counts["bwd_flops"], counts["bwd_bytes"]),
-                                         ("fwd", "fwd", counts["fwd_flops"], counts["fwd_bytes"]),
-                                         ("fwd+bwd", "total", counts["fwd_flops"] + counts["bwd_flops"],
-                                          counts["fwd_bytes"] + counts["bwd_bytes"])):
-            xs = samples[key]
-            med = statistics.median(xs)
-            row = {"kind": "bench", "impl": impl, **base, "status": "ok", "mode": mode, "median_ms": med,
-                   "p10_ms": quantile(xs, 0.1), "p90_ms": quantile(xs, 0.9), "n": len(xs), "reps": reps,
-                   "sets": len(sets), "flops": flops, "bytes": nbytes, "tflops": flops / (med * 1e-3) / 1e12,
-                   "first_call_s": round(first[impl], 2), "bypass_640": guarded, "cell_peak_mem_gib": peak,
-                   "timer": "cuda events" if run.device == "cuda" else "perf_counter (dry run)"}
-            if mode == "bwd":
-                row["bytes_with_states"] = counts["bwd_bytes_with_states"]
-            if run.ceilings.get("measured"):
-                fl = roofline_ms(flops, nbytes, run.ceilings["bf16_matmul_tflops"], run.ceilings["copy_tbps"])
-                row.update(floor_ms=fl, over_floor=med / fl, floor_basis="measured bf16 matmul + copy")
-            fs = roofline_ms(flops, nbytes, SPEC_H200["bf16_dense_tflops"], SPEC_H200["hbm_tbps"])
-            row.update(floor_spec_ms=fs, over_floor_spec=med / fs)
-            if impl == "fla" and run.policy is not None:
-                row["fla_autotune"] = {**run.policy.describe(), "tuned_at": run.meta.get("fla_tuned_at", {}).get(
-                    f"{member} V={V}"), "retune": a.fla_retune}
+        for row in timing_rows(run, impl, base, counts, samples, reps, len(sets), first[impl], guarded, peak,
+                               extra[impl]):
             run.emit(row)
-            log(f"bench {impl:<5} {member:<4} V={V:<3} T={T:<5} B={B:<4} {mode:<7} median {med:8.3f} ms "
-                f"[{row['p10_ms']:.3f}, {row['p90_ms']:.3f}] n={len(xs)}"
+            log(f"bench {impl:<6} {member:<4} V={V:<3} T={T:<5} B={B:<4} {row['mode']:<7} median "
+                f"{row['median_ms']:8.3f} ms [{row['p10_ms']:.3f}, {row['p90_ms']:.3f}] n={row['n']}"
                 + (f"  {row['over_floor']:.1f}x floor" if "over_floor" in row else ""))
     del sets
     if run.device == "cuda":
@@ -1056,6 +1265,15 @@ def caveats(run: Run) -> list[str]:
                    "kernel uses BK=128, the tile #640 reports clean; the correctness rows check it.")
     out.append("ours: chunk_family(backend='triton'); times include its torch prologue/epilogue (float32 "
                "conversions, chunk cumsum, gate products), its gradients are returned in the input dtype.")
+    if "native" in run.bench_impls:
+        k1 = sorted({r.get("native_k1") for r in run.rows if r.get("kind") == "bench" and r.get("impl") == "native"
+                     and r.get("status") == "ok"})
+        out.append("native: chunk_family(backend='native') on the same input tensors; the torch chunked forward and "
+                   "backward compute in float32 with K1 replaced by the CuTe DSL kernel (K1 in the timed rows: "
+                   f"{k1 or 'none timed'}); timed at B*H*T = {run.args.native_head_tokens}"
+                   + ("" if native_in_main(run.args) else
+                      f" (bench_native cells, with fla and ours timed again at that size), not at {run.args.head_tokens}")
+                   + ".")
     return out
 
 
@@ -1063,11 +1281,12 @@ def summarize(run: Run, complete: bool) -> dict:
     corr = [r for r in run.rows if r["kind"] == "correct"]
     bench = [r for r in run.rows if r["kind"] == "bench" and r.get("status") == "ok"]
     by = {}
-    for r in bench:
-        by.setdefault((r["member"], r["V"], r["T"], r["mode"]), {})[r["impl"]] = r["median_ms"]
-    speed = [{"member": m, "V": V, "T": T, "mode": mode, **{f"{k}_ms": v for k, v in d.items()},
-              **({"fla_over_ours": d["fla"] / d["ours"]} if "fla" in d and "ours" in d else {})}
-             for (m, V, T, mode), d in sorted(by.items())]
+    for r in bench:  # B is part of the key: bench_native cells time ours and fla again at a smaller size
+        by.setdefault((r["member"], r["V"], r["T"], r["B"], r["mode"]), {})[r["impl"]] = r["median_ms"]
+    speed = [{"member": m, "V": V, "T": T, "B": B, "mode": mode, **{f"{k}_ms": v for k, v in d.items()},
+              **({"fla_over_ours": d["fla"] / d["ours"]} if "fla" in d and "ours" in d else {}),
+              **({"native_over_fla": d["native"] / d["fla"]} if "fla" in d and "native" in d else {})}
+             for (m, V, T, B, mode), d in sorted(by.items())]
     doc = {
         "schema": SCHEMA, "complete": complete, "seconds": round(time.perf_counter() - run.t0, 1),
         "args": {k: v for k, v in vars(run.args).items()}, "meta": run.meta, "ceilings": run.ceilings,
@@ -1077,7 +1296,8 @@ def summarize(run: Run, complete: bool) -> dict:
                         for r in corr],
         "agreement": [{k: r.get(k) for k in ("member", "V", "T", "a", "b", "worst_rel_err", "worst_tensor")}
                       for r in run.rows if r["kind"] == "agree"],
-        "bench_checks": [{k: r.get(k) for k in ("member", "V", "T", "vs_ours", "vs_float64_slice", "nonfinite")}
+        "bench_checks": [{k: r.get(k) for k in ("member", "V", "T", "B", "cell", "vs_ours", "vs_ours_by_impl",
+                                                "vs_float64_slice", "nonfinite", "gate")}
                          for r in run.rows if r["kind"] == "bench_check"],
         "speed": speed,
         "skipped": [r for r in run.rows if r["kind"] == "skip"],
@@ -1089,6 +1309,7 @@ def summarize(run: Run, complete: bool) -> dict:
                      "bench_s": round(sum(e["bench_s"] for e in run.policy.events
                                           if e["bench_s"] == e["bench_s"]), 1) if run.policy else 0},
         "caveats": caveats(run),
+        "runs": sum(1 for r in run.rows if r["kind"] == "meta"),  # more than one after --append
     }
     (run.out / "summary.json").write_text(json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n")
     return doc
@@ -1107,7 +1328,7 @@ def print_summary(doc: dict) -> None:
     print("\n=== (b) timing: median ms ===")
     for r in doc["speed"]:
         ms = "  ".join(f"{k[:-3]} {v:8.3f}" for k, v in r.items() if k.endswith("_ms"))
-        print(f"{r['member']:<5} V={r['V']:<4} T={r['T']:<6} {r['mode']:<8} {ms}"
+        print(f"{r['member']:<5} V={r['V']:<4} T={r['T']:<6} B={r['B']:<5} {r['mode']:<8} {ms}"
               + (f"  fla/ours {r['fla_over_ours']:.2f}" if "fla_over_ours" in r else ""))
     if doc["skipped"]:
         print(f"\nskipped: {len(doc['skipped'])}: " + "; ".join(s["task"] for s in doc["skipped"][:10]))
@@ -1152,6 +1373,24 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--slice-check-max-t", type=int, default=16384)
     ap.add_argument("--reserve-s", type=float, default=5.0, help="kept free when sizing the timing loops")
     ap.add_argument("--no-torch-bench", action="store_true")
+    ap.add_argument("--impls", default="auto",
+                    help="implementations of (b), comma-separated from ours,fla,native (dry run: ours,torch,native); "
+                         "auto: ours, fla and, where CUDA and the CuTe DSL are importable, native (dry run: ours,torch)")
+    ap.add_argument("--bench-cells", choices=("all", "main", "native"), default="all",
+                    help="which cells of (b) to plan: the main sweep, native's own cells, or both")
+    ap.add_argument("--native-lengths", default=None, help="lengths of the bench_native cells (default: the bench "
+                                                           "lengths)")
+    ap.add_argument("--native-head-tokens", type=int, default=None,
+                    help="B*H*T of native's cells (default: --torch-head-tokens; its torch forward's [.., C, C, K] "
+                         "tensors); at or above --head-tokens native joins the main cells instead")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run to an --out that already holds a run (rows.jsonl keeps growing; summary.json "
+                         "covers every run in it; provenance.json lists the earlier runs under previous_runs), so a "
+                         "sweep too long for one device call can be split (e.g. by --dvs, or native cells apart)")
+    ap.add_argument("--check-gate-rel", type=float, default=0.05,
+                    help="an impl whose worst relative error vs the float64 slice (or vs ours where T exceeds "
+                         "--slice-check-max-t) exceeds this is not timed (0: gate on non-finite values only); "
+                         "10x the paper's pin, so it catches broken results, not bf16 rounding")
     # fla autotuning
     ap.add_argument("--fla-max-configs", type=int, default=0, help="0: all configs of every fla autotuner")
     ap.add_argument("--fla-select", choices=("spread", "first"), default="spread")
@@ -1172,6 +1411,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--est-ours-compile-s", type=float, default=25.0)
     ap.add_argument("--est-bench-cell-s", type=float, default=15.0)
     ap.add_argument("--est-precompile-s", type=float, default=60.0)
+    ap.add_argument("--est-native-compile-s", type=float, default=20.0, help="one CuTe DSL compile of native K1")
     args = ap.parse_args(argv)
     dry = args.dry_run
     args.dvs = [int(x) for x in (args.dvs or ("32,16" if dry else "128,64")).split(",")]
@@ -1182,6 +1422,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.chunk = args.chunk or (16 if dry else 64)
     args.head_tokens = args.head_tokens or (256 if dry else 2**20)
     args.torch_head_tokens = args.torch_head_tokens or (128 if dry else 2**16)
+    args.native_head_tokens = args.native_head_tokens or args.torch_head_tokens
+    args.native_lengths = ([int(x) for x in args.native_lengths.split(",") if x] if args.native_lengths is not None
+                           else list(args.bench_lengths))
     args.dtype = args.dtype or ("float32" if dry else "bfloat16")
     args.g_dtype = args.g_dtype or args.dtype
     args.members = [m for m in args.members.split(",") if m]
@@ -1195,7 +1438,30 @@ def parse_args(argv=None) -> argparse.Namespace:
             raise SystemExit(f"unknown part {p!r}")
     w, r = (float(x) for x in args.fla_tune_bench_ms.split(","))
     args.fla_tune_bench_ms = (w, r)
+    known = DRY_BENCH_IMPLS if dry else BENCH_IMPLS
+    if args.impls != "auto":
+        asked = [i for i in args.impls.split(",") if i]
+        bad = [i for i in asked if i not in known]
+        if bad:
+            raise SystemExit(f"unknown impl(s) {bad} for {'--dry-run' if dry else 'the GPU'}; expected from {known}"
+                             + (" (fla cannot run in the dry run: 'torch' stands in for it)" if dry else ""))
+        if "ours" not in asked:
+            raise SystemExit("--impls must include ours: every other impl is checked against it")
     return args
+
+
+def resolve_impls(spec: str, dry_run: bool, cuda: bool, cute: bool) -> tuple[str, ...]:
+    """Part (b)'s implementations in run order. ``auto``: everything that can run here; native needs CUDA and
+    the CuTe DSL (asked for explicitly in the dry run it runs on the CPU, where its backend keeps the torch scan,
+    which exercises the plumbing only)."""
+    known = DRY_BENCH_IMPLS if dry_run else BENCH_IMPLS
+    if spec == "auto":
+        asked = {"ours", "torch"} if dry_run else {"ours", "fla"} | ({"native"} if cuda and cute else set())
+    else:
+        asked = {i for i in spec.split(",") if i}
+        if "native" in asked and not dry_run and not (cuda and cute):
+            raise SystemExit("--impls native needs CUDA and the CuTe DSL (kernels.gdn.native.cute_dsl_available())")
+    return tuple(i for i in known if i in asked)
 
 
 def setup_env(args) -> None:
@@ -1204,6 +1470,14 @@ def setup_env(args) -> None:
     os.environ.setdefault("TRITON_CACHE_DIR", DEFAULT_TRITON_CACHE)
     if args.dry_run:
         os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def run_meta(args, impls, bench_impls, device: str, cute: bool) -> dict:
+    """The meta row's fields known before fla is imported (main adds fla's and the device's on the GPU)."""
+    return {"impls": list(impls), "bench_impls": list(bench_impls), "device": device, "torch": torch.__version__,
+            "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
+            "fla_disable_backend_dispatch": os.environ.get("FLA_DISABLE_BACKEND_DISPATCH"),
+            "cute_dsl_available": cute, "native": native_meta(args, bench_impls)}
 
 
 def main(argv=None) -> dict:
@@ -1215,13 +1489,28 @@ def main(argv=None) -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("fla_compare needs the GPU (use --dry-run on the CPU)")
     impls = ("ours", "torch") if args.dry_run else ("ours", "fla")
+    from kernels.gdn.native import cute_dsl_available
+
+    cute = cute_dsl_available()
+    bench_impls = resolve_impls(args.impls, args.dry_run, torch.cuda.is_available(), cute)
+    if "native" in bench_impls:
+        from kernels.gdn.native.backend import register
+
+        register()  # chunk_family(backend="native") dispatches through NATIVE_BACKENDS["default"]
     run = Run(args=args, out=out, device=device, dtype=getattr(torch, args.dtype), g_dtype=getattr(torch, args.g_dtype),
-              K=args.dk, C=args.chunk, impls=impls)
+              K=args.dk, C=args.chunk, impls=impls, bench_impls=bench_impls)
     run.ladder = _ladder()
-    (out / "rows.jsonl").touch()
-    meta = {"impls": list(impls), "device": device, "torch": torch.__version__,
-            "triton_cache_dir": os.environ.get("TRITON_CACHE_DIR"),
-            "fla_disable_backend_dispatch": os.environ.get("FLA_DISABLE_BACKEND_DISPATCH")}
+    rows_path = out / "rows.jsonl"
+    earlier = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
+    if earlier and not args.append:
+        raise SystemExit(f"{rows_path} already holds {len(earlier)} rows: pass --append to add this run to them, "
+                         "or give a new --out")
+    run.rows.extend(earlier)  # the summary and its caveats then describe every run in the file
+    prev_prov = None
+    if earlier and (out / "provenance.json").exists():
+        prev_prov = json.loads((out / "provenance.json").read_text())
+    rows_path.touch()
+    meta = run_meta(args, impls, bench_impls, device, cute)
     if not args.dry_run:
         policy = FlaAutotunePolicy(max_configs=args.fla_max_configs, select=args.fla_select,
                                    workers=args.fla_workers, bench_ms=args.fla_tune_bench_ms,
@@ -1255,9 +1544,11 @@ def main(argv=None) -> dict:
     from lethe import provenance
 
     prov = dict(experiment="gdn_fla_compare", dry_run=args.dry_run, budget_s=args.budget_s, fla=meta.get("fla"))
+    if prev_prov is not None:  # the earlier runs' machine, versions and commit stay on record
+        prov["previous_runs"] = prev_prov.pop("previous_runs", []) + [prev_prov]
     provenance.write(out / "provenance.json", **prov)
     run.emit({"kind": "meta", **meta, "args": vars(args)})
-    log(f"device {device}, impls {impls}, budget {args.budget_s:.0f} s, fla {meta.get('fla')}, "
+    log(f"device {device}, impls {impls}, bench impls {bench_impls}, budget {args.budget_s:.0f} s, fla {meta.get('fla')}, "
         f"triton cache {meta['triton_cache_dir']}")
 
     def on_signal(signum, frame):
@@ -1267,16 +1558,18 @@ def main(argv=None) -> dict:
     if hasattr(signal, "SIGALRM"):
         signal.signal(signal.SIGALRM, on_signal)
         signal.alarm(int(args.budget_s + 10))
+    native_apart = "native" in bench_impls and not native_in_main(args)
     tasks = plan(args.members, args.bench_members, args.dvs, args.lengths, args.bench_lengths, args.parts,
-                 torch_bench=not args.no_torch_bench)
+                 torch_bench=not args.no_torch_bench and args.bench_cells != "native",
+                 native_lengths=args.native_lengths if native_apart and args.bench_cells != "main" else (),
+                 main_cells=args.bench_cells != "native")
 
     complete = False
     try:
         for task in tasks:
             est = estimate_s(run, task)
             if run.left() < est:
-                run.emit({"kind": "skip", "task": task.name, "reason": "budget", "left_s": round(run.left(), 1),
-                          "estimate_s": est})
+                run.emit(budget_skip_row(run, task, est))
                 log(f"skip {task.name}: {run.left():.0f} s left < estimate {est:.0f} s")
                 continue
             log(f"start {task.name} ({run.left():.0f} s left, estimate {est:.0f} s)")
@@ -1284,14 +1577,15 @@ def main(argv=None) -> dict:
             try:
                 run_task(run, task)
             except torch.cuda.OutOfMemoryError as exc:
-                run.emit({"kind": "task_error", "task": task.name, "error": f"OOM: {exc}"[:400]})
+                run.emit({"kind": "task_error", "task": task.name, "error": f"OOM: {exc}"[:400],
+                          **task_fields(run, task)})
                 if device == "cuda":
                     torch.cuda.empty_cache()
             except BudgetKill:
                 raise
             except Exception as exc:  # noqa: BLE001 - one broken task does not end the run
                 run.emit({"kind": "task_error", "task": task.name, "error": f"{type(exc).__name__}: {exc}"[:600],
-                          "trace": traceback.format_exc()[-2000:]})
+                          "trace": traceback.format_exc()[-2000:], **task_fields(run, task)})
                 log(f"task error {task.name}: {exc}")
             run.emit({"kind": "task_done", "task": task.name, "seconds": round(time.perf_counter() - t0, 1)})
             summarize(run, complete=False)

@@ -1,8 +1,8 @@
-# Render rules of the gdn stage: the verification ladder, the family-training table and the fla 0.6.0
-# comparison from the committed H200 results under results/gdn/. Registered only once those JSON files exist,
-# so the DAG stays valid before the first GPU run (the ladder and training compute rules are in
-# gdn_compute.smk; results/gdn/fla_compare/ comes from experiments/gdn/fla_compare.py via
-# experiments/h200/session.sh).
+# Render rules of the gdn stage: the verification ladder, the family-training table, the fla 0.6.0
+# comparison (correctness) and the fla timing benchmark from the committed H200 results under results/gdn/.
+# Registered only once those JSON files exist, so the DAG stays valid before the first GPU run (the ladder and
+# training compute rules are in gdn_compute.smk; results/gdn/fla_compare/ and results/gdn/fla_bench/ come from
+# experiments/gdn/fla_compare.py via experiments/h200/session.sh, the latter with --parts bench).
 import os as _gdn_os
 
 _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
@@ -11,11 +11,20 @@ _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "g
 _GDN_FLACMP = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
 )
+_GDN_FLABENCH = _gdn_os.path.exists(
+    _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_bench", "summary.json")
+)
 
 RENDER_TARGETS.extend(
     ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
+    + (
+        [f"paper/tables/gdn_fla_bench.{ext}" for ext in ("md", "tex")]
+        + [f"figures/gdn_fla_bench.{ext}" for ext in ("png", "pdf")]
+        if _GDN_FLABENCH
+        else []
+    )
 )
 
 
@@ -66,5 +75,30 @@ rule gdn_fla_compare_table:
         table="fla_compare",
     log:
         "logs/gdn/fla_compare_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_fla_bench_render:
+    conda:
+        CONDA_ENV
+    input:
+        summary="results/gdn/fla_bench/summary.json",
+        rows="results/gdn/fla_bench/rows.jsonl",
+        provenance="results/gdn/fla_bench/provenance.json",
+    output:
+        md="paper/tables/gdn_fla_bench.md",
+        tex="paper/tables/gdn_fla_bench.tex",
+        png=report(
+            "figures/gdn_fla_bench.png",
+            caption="../report/gdn_fla_bench.rst",
+            category="Figures",
+            subcategory="GDN family (H200)",
+        ),
+        pdf="figures/gdn_fla_bench.pdf",
+    params:
+        table="fla_bench",
+    log:
+        "logs/gdn/fla_bench_render.log",
     script:
         "../scripts/gdn_render.py"

@@ -1,9 +1,10 @@
-"""Render rule script: the GDN ladder, family-training and fla-comparison tables from results/gdn/."""
+"""Render rule script: the GDN ladder, family-training and fla-comparison tables, and the fla timing table and
+figure, from results/gdn/."""
 
 import json
 from pathlib import Path
 
-from kernels.gdn import tables
+from kernels.gdn import fla_bench, tables
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 
@@ -16,5 +17,9 @@ elif snakemake.params.table == "fla_compare":
     rows = [json.loads(line) for line in Path(snakemake.input.rows).read_text().splitlines() if line.strip()]
     tables.render_fla_compare(json.loads(Path(snakemake.input.summary).read_text()),
                               json.loads(Path(snakemake.input.provenance).read_text()), rows, out.md, out.tex)
+elif snakemake.params.table == "fla_bench":
+    summary, provenance, rows = fla_bench.load_run(Path(snakemake.input.summary).parent)
+    fla_bench.render_fla_bench(summary, provenance, rows, out.md, out.tex)
+    fla_bench.render_fla_bench_figure(summary, rows, Path(out.png).parent, Path(out.png).stem)
 else:
     tables.render_training(json.loads(Path(snakemake.input.train).read_text()), out.md, out.tex)

@@ -322,3 +322,97 @@ def test_caveats_separate_correctness_caps_from_bench_caps(fc, tmp_path):
     run.rows.append({"member": "sgdn", "bypass_640": True})
     text = " ".join(fc.caveats(run))
     assert "CAPPED for 1 kernels" in text and "bypassed" in text and "['sgdn']" in text
+
+
+# ---------------------------------------------------------------------------------------------- native impl, gate
+
+
+def test_resolve_impls(fc):
+    assert fc.resolve_impls("auto", False, cuda=True, cute=True) == ("ours", "fla", "native")
+    assert fc.resolve_impls("auto", False, cuda=True, cute=False) == ("ours", "fla")
+    assert fc.resolve_impls("auto", False, cuda=False, cute=True) == ("ours", "fla")
+    assert fc.resolve_impls("auto", True, cuda=False, cute=True) == ("ours", "torch")  # dry: only if asked
+    assert fc.resolve_impls("native,ours", True, cuda=False, cute=False) == ("ours", "native")
+    assert fc.resolve_impls("fla,ours", False, cuda=True, cute=True) == ("ours", "fla")
+    with pytest.raises(SystemExit):
+        fc.resolve_impls("ours,native", False, cuda=True, cute=False)
+    with pytest.raises(SystemExit):  # fla cannot run in the dry run
+        fc.parse_args(["--out", "x", "--dry-run", "--impls", "ours,fla"])
+    with pytest.raises(SystemExit):  # everything is checked against ours
+        fc.parse_args(["--out", "x", "--impls", "fla,native"])
+    a = fc.parse_args(["--out", "x"])
+    assert a.native_head_tokens == a.torch_head_tokens == 2**16 and a.native_lengths == a.bench_lengths
+    assert not fc.native_in_main(a) and fc.NATIVE_MEMBERS >= {"gdn", "sgdn"}
+    assert fc.native_meta(a, ("ours", "fla")) is None
+    m = fc.native_meta(a, ("ours", "fla", "native"))
+    assert m == {"head_tokens": 2**16, "in_main_cells": False, "lengths": [4096, 1024, 16384, 32768],
+                 "members": ["gdn", "sgdn"]}
+    big = fc.parse_args(["--out", "x", "--native-head-tokens", str(2**20)])
+    assert fc.native_in_main(big) and fc.native_meta(big, ("ours", "native"))["head_tokens"] == 2**20
+
+
+def test_plan_places_native_cells_after_the_sweep(fc):
+    a = fc.parse_args(["--out", "x", "--parts", "bench"])
+    tasks = fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts,
+                    native_lengths=[1024, 4096])
+    names = [t.name for t in tasks]
+    nat = [n for n in names if n.startswith("bench_native")]
+    assert nat == [f"bench_native {m} V={V} T={T}" for V in (128, 64) for m in ("gdn", "sgdn") for T in (1024, 4096)]
+    last_sweep = max(i for i, n in enumerate(names) if n.startswith("bench "))
+    assert names.index(nat[0]) > last_sweep and names[-1].startswith("bench_torch")
+    # without native lengths the plan is the old one: the native cells only add, in one place
+    without = [t.name for t in fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)]
+    assert [n for n in names if not n.startswith("bench_native")] == without
+
+
+def test_gate(fc):
+    base = {"member": "gdn"}
+    sl = {"ours": {"o": 1e-3, "dq": 3e-3}, "fla": {"o": 2e-2, "dq": 9e-2}, "native": {"o": 1e-3}}
+    row = fc.check_row(base, {"fla": {"o": 1e-2}, "native": {"o": 1e-3}}, {"ours": 0, "fla": 0, "native": 0}, sl, 0.05)
+    assert row["vs_ours"]["impl"] == "fla" and set(row["vs_ours_by_impl"]) == {"fla", "native"}
+    assert list(row["gate"]["failed"]) == ["fla"] and "9.00e-02 (dq) vs the float64 slice" in row["gate"]["failed"]["fla"]
+    assert fc.check_row(base, {"fla": {"o": 1e-2}}, {"ours": 0, "fla": 0}, sl, 0.1)["gate"]["failed"] == {}
+    # no slice (long T): judged against ours; ours itself only on non-finite values
+    row = fc.check_row(base, {"fla": {"o": 0.2}, "native": {"o": 1e-3}}, {"ours": 0, "fla": 0, "native": 2},
+                       {"skipped": "T > 16384"}, 0.05)
+    assert set(row["gate"]["failed"]) == {"fla", "native"} and "vs ours" in row["gate"]["failed"]["fla"]
+    assert "2 non-finite" in row["gate"]["failed"]["native"]
+    assert fc.check_row(base, {"fla": {"o": 0.2}}, {"ours": 0, "fla": 0}, {"skipped": "x"}, 0)["gate"]["failed"] == {}
+
+
+def test_native_skip_reason_names_the_size(fc, tmp_path):
+    import torch
+
+    args = fc.parse_args(["--out", str(tmp_path)])
+    run = fc.Run(args=args, out=tmp_path, device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
+                 impls=("ours", "fla"), bench_impls=("ours", "fla", "native"))
+    (tmp_path / "rows.jsonl").touch()
+    fc.skip_native_at_size(run, "gdn", 128, 4096)
+    r = run.rows[-1]
+    assert (r["kind"], r["impl"], r["cell"], r["B"], r["H"]) == ("skip", "native", "bench", 128, 2)
+    assert "32 GiB" in r["reason"] and "65536" in r["reason"]
+    t = fc.task_fields(run, fc.Task("bench_native", "sgdn", 64, 32768))
+    assert (t["B"], t["cell"]) == (1, "bench_native") and t["counts"]["chunks"] == 2 * 512
+    assert fc.native_labels(run, 3)["native_k1"] == "cute-dsl" and fc.native_labels(run, 0)["native_k1"].startswith(
+        "torch scan") and fc.native_labels(run, None)["native_k1"].startswith("unknown")
+
+
+def test_append_splits_a_sweep_over_runs(fc, tmp_path, monkeypatch):
+    """--append adds a run to a folder (the main sweep, then native's cells); without it a used folder is refused."""
+    _env(monkeypatch, tmp_path)
+    common = ["--dry-run", "--out", str(tmp_path), "--parts", "bench", "--bench-members", "gdn", "--dvs", "16",
+              "--bench-lengths", "32", "--head-tokens", "128", "--native-head-tokens", "64", "--native-lengths", "32",
+              "--reps", "1", "--sets", "1", "--warmup", "1", "--no-torch-bench"]
+    fc.main(common + ["--bench-cells", "main"])
+    first = _rows(tmp_path)
+    assert {r["cell"] for r in first if r["kind"] == "bench"} == {"bench"}
+    with pytest.raises(SystemExit):
+        fc.main(common + ["--bench-cells", "native", "--impls", "ours,torch,native"])
+    doc = fc.main(common + ["--bench-cells", "native", "--impls", "ours,torch,native", "--append"])
+    rows = _rows(tmp_path)
+    assert rows[:len(first)] == first and [r["kind"] for r in rows].count("meta") == 2
+    new = [r for r in rows[len(first):] if r["kind"] == "bench"]
+    assert {(r["cell"], r["impl"]) for r in new} == {("bench_native", i) for i in ("ours", "torch", "native")}
+    assert doc["runs"] == 2 and {s["B"] for s in doc["speed"]} == {1, 2}  # both runs' cells in the summary
+    prov = json.loads((tmp_path / "provenance.json").read_text())
+    assert len(prov["previous_runs"]) == 1 and "previous_runs" not in prov["previous_runs"][0]
