@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 from lethe.render.tables import Column, render_table
@@ -56,6 +57,9 @@ def bench_batch(head_tokens: int, H: int, T: int) -> int:
 
 def roofline_ms(flops: float, nbytes: float, tflops: float, tbps: float) -> float:
     return max(flops / (tflops * 1e12), nbytes / (tbps * 1e12)) * 1e3
+
+
+_OLD_SKIP = re.compile(r"(?P<cell>\w+) (?P<member>\w+) V=(?P<V>\d+) T=(?P<T>\d+)")
 
 
 def _key(r: dict) -> tuple:
@@ -170,11 +174,20 @@ def collect(summary: dict, rows: list[dict]) -> list[dict]:
     it gave one). Where runs overlap, the later row wins."""
     runs = runs_of(summary, rows)
     bench, errors, checks, skips, task_errors, counts, src = {}, {}, {}, {}, {}, {}, {}
+    shape_skips: dict[tuple, str] = {}
     run_i = -1
     for r in rows:
         kind = r.get("kind")
         if kind == "meta":
             run_i += 1
+        if kind == "skip" and "member" not in r:
+            # runs made before skip rows carried their cell's fields name it only in the task
+            # ("bench sgdn V=64 T=4096"); such a skip applies to that member/shape at any B
+            m = _OLD_SKIP.fullmatch(str(r.get("task", "")))
+            if m:
+                shape_skips[(m["cell"], m["member"], int(m["V"]), int(m["T"]))] = (
+                    f"skipped: {_short(r.get('reason', '?'), 260)}")
+            continue
         if kind not in ("bench", "bench_check", "skip", "task_error") or "member" not in r or "B" not in r:
             continue
         k = _key(r)
@@ -207,7 +220,8 @@ def collect(summary: dict, rows: list[dict]) -> list[dict]:
                     cell["ms"][(impl, mode)] = r["median_ms"]
             if any((impl, m) in cell["rows"] for m in MODES):
                 continue
-            why = errors.get((k, impl)) or skips.get((k, impl)) or skips.get((k, None)) or task_errors.get(k)
+            why = (errors.get((k, impl)) or skips.get((k, impl)) or skips.get((k, None)) or task_errors.get(k)
+                   or shape_skips.get((c.get("cell", "bench"), c["member"], c["V"], c["T"])))
             stopped = [runs[i]["killed"] for i in c["runs"] if runs[i]["killed"] is not None]
             if why is not None:
                 pass

@@ -352,3 +352,28 @@ def test_median_helper_agrees_with_statistics():
         a = F.samples_for(impl, ("gdn", 128, 1024, 512, 2))["bwd"]
         b = F.samples_for("fla", ("gdn", 128, 1024, 512, 2))["bwd"]
         assert statistics.median(a) / statistics.median(b) == pytest.approx(f)
+
+
+def test_skip_rows_that_name_their_cell_only_in_the_task(loaded, tmp_path):
+    """Runs made before skip rows carried member/V/T/B (the committed H200 run) name the cell in ``task`` only;
+    such a budget skip must still reach every B of that member and shape, and no other cell."""
+    summary, prov, rows = loaded
+    target = next(r for r in rows if r.get("kind") == "bench" and r.get("status") == "ok")
+    member, V, T = target["member"], target["V"], target["T"]
+
+    def same_shape(r):
+        return (r.get("kind") in ("bench", "bench_check", "skip", "task_error") and r.get("member") == member
+                and r.get("V") == V and r.get("T") == T)
+
+    cells = {r.get("cell", "bench") for r in rows if same_shape(r)}
+    kept = [r for r in rows if not same_shape(r)]
+    kept += [{"kind": "skip", "task": f"{cell} {member} V={V} T={T}", "reason": "budget",
+              "schema": "lethe.gdn.fla_compare/1"} for cell in sorted(cells)]
+    got = R.render_fla_bench(summary, prov, kept, tmp_path / "t.md", tmp_path / "t.tex")
+    body, notes = _body(got.markdown), _notes(got.markdown)
+    hit = [row for row in body if row[0] == member and row[1] == str(V) and row[2] == f"{T:,}"]
+    assert hit
+    for row in hit:
+        for c in row[5:7]:
+            m = REASON_CELL.match(c)
+            assert m and notes[m.group(2)] == "skipped: budget", c
