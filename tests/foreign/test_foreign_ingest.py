@@ -111,3 +111,27 @@ def test_ingest_end_to_end(tmp_path):
     assert set(prov["ingest"]["source_sha256"]) == {"compile.jsonl", "kb.jsonl", "rows.checkpoint.jsonl",
                                                     "timings.jsonl"}
     assert (dest / "run1.log").exists() and (dest / "gpu.txt").exists()
+
+
+@pytest.mark.skipif(not SUBSET.exists(), reason="data/sakana_subset not present")
+def test_kernels_sharing_a_slice_id_get_distinct_committed_ids():
+    """Two level-2 sources of the slice share one id; committed rows are keyed by id, so each gets its own
+    (slice id + source-hash digits), and the experiment's records (carrying uid) follow their kernel."""
+    from collections import Counter
+
+    from lethe.corpora import sakana
+
+    items = ingest.select_items(sakana.load_rows(SUBSET), "2", 0)
+    slice_dups = [k for k, n in Counter(i["slice_id"] for i in items).items() if n > 1]
+    assert slice_dups, "the slice is known to hold a shared level-2 id"
+    assert len({i["id"] for i in items}) == len(items)
+    twins = [i for i in items if i["slice_id"] == slice_dups[0]]
+    assert all(i["id"].startswith(slice_dups[0] + "~") for i in twins)
+    assert all(i["id"] == i["slice_id"] for i in items if i["slice_id"] not in slice_dups)
+    recs = [{"id": t["slice_id"], "uid": t["uid"], "n": k} for k, t in enumerate(twins)]
+    assert [r["id"] for r in ingest.unique_ids(recs, items)] == [t["id"] for t in twins]
+    # build attempts carrying uid match exactly, whatever their order or times
+    attempts = [{"id": t["slice_id"], "uid": t["uid"], "compiled": True, "compile_seconds": 50.0 + k, "error": ""}
+                for k, t in reversed(list(enumerate(twins)))]
+    table = {r["id"]: r for r in ingest.compile_table(twins, attempts)}
+    assert [table[t["id"]]["compile_seconds"] for t in twins] == [50.0 + k for k in range(len(twins))]

@@ -66,13 +66,28 @@ def select_items(subset_rows: Sequence[Mapping[str, Any]], levels: str, limit: i
         it = sakana.to_item(r)
         code = r.get("CUDA_Code") or ""
         items.append({
-            "id": it["id"], "level": int(r["Level_ID"]), "task": int(r["Task_ID"]), "op_name": r.get("Op_Name"),
+            "id": it["id"], "slice_id": it["id"],
+            # the experiment's bookkeeping key (sakana_h200.py): slice id + hash of the generated candidate
+            "uid": f'{it["id"]}#{hashlib.sha256((it["candidate"] or "").encode()).hexdigest()[:12]}',
+            "level": int(r["Level_ID"]), "task": int(r["Task_ID"]), "op_name": r.get("Op_Name"),
             "op_class": it["op_class"], "sakana_correct": str(r.get("Correct")).lower() == "true",
             "ext_name": "sakana_" + hashlib.sha256(code.encode()).hexdigest()[:16] if it["candidate"] else None,
             "extract_error": it["extract_error"] or "",
         })
     items = items[:limit] if limit else items
+    # Ids are not unique in the slice (two different level-2 sources share one). A committed row is keyed by
+    # id, so a shared id gets the first hex digits of its CUDA source's hash appended.
+    shared = {k for k, n in Counter(it["id"] for it in items).items() if n > 1}
+    for it in items:
+        if it["id"] in shared:
+            it["id"] = f'{it["id"]}~{(it["ext_name"] or "sakana_none")[7:13]}'
     return [{"position": i, **it} for i, it in enumerate(items)]
+
+
+def unique_ids(records: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Records (verdict rows, timings, KernelBench rows) with the committed id of their kernel, found by uid."""
+    by_uid = {it["uid"]: it["id"] for it in items}
+    return [{**r, "id": by_uid.get(r.get("uid"), r["id"])} for r in records]
 
 
 def parse_logs(texts: Iterable[str]) -> dict[str, Any]:
@@ -103,11 +118,19 @@ def compile_table(items: Sequence[Mapping[str, Any]], attempts: Sequence[Mapping
     pool: dict[str, list[dict]] = {}
     for a in attempts:
         pool.setdefault(a["id"], []).append(dict(a))
+    by_uid: dict[str, list[dict]] = {}
+    for a in attempts:
+        if a.get("uid"):
+            by_uid.setdefault(a["uid"], []).append(dict(a))
     out = []
     for it in items:
         row = {k: it[k] for k in ("position", "id", "level", "task", "op_name", "op_class", "sakana_correct",
                                   "ext_name")}
-        mine = pool.get(it["id"], []) if it["ext_name"] else []
+        # attempts recorded with the experiment's uid match exactly; older logs match by slice id
+        if it.get("uid") in by_uid:
+            mine = by_uid[it["uid"]] if it["ext_name"] else []
+        else:
+            mine = pool.get(it.get("slice_id", it["id"]), []) if it["ext_name"] else []
         chosen = None
         if mine:
             ok = [a for a in mine if a.get("compiled")]
@@ -168,14 +191,15 @@ def ingest(src: str | Path, dest: str | Path, *, logs: Sequence[str | Path] = ()
 
     ckpt = src / "rows.checkpoint.jsonl"
     verdicts = _jsonl(ckpt) if ckpt.exists() else read_rows(src / "rows.parquet")
+    verdicts = unique_ids(verdicts, items)
     write_rows(verdicts, dest / "rows.parquet")
 
-    kb = _jsonl(src / "kb.jsonl")
+    kb = unique_ids(_jsonl(src / "kb.jsonl"), items)
     kb_cols = sorted({k for r in kb for k in r} - {"id"})
     pd.DataFrame([{"id": r["id"], **{k: r.get(k) for k in kb_cols}} for r in kb]).to_parquet(
         dest / "kb_rows.parquet", index=False)
 
-    timings = _jsonl(src / "timings.jsonl")
+    timings = unique_ids(_jsonl(src / "timings.jsonl"), items)
     trows = []
     for t in timings:
         trows.append({**{k: v for k, v in sorted(t.items()) if k != "slowest_probes"},

@@ -11,6 +11,7 @@ every sentence about scope is computed from the files, so it changes when a larg
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,13 @@ FIGURE = "audit_throughput"
 
 
 def _device_note(prov: dict) -> str:
+    # rows spread over device calls at different commits: the ingest's run lines name each "(git <sha>)"
+    shas = list(dict.fromkeys(re.findall(r"\(git ([0-9a-f]{7,40})", " ".join(prov.get("ingest", {}).get("runs", [])))))
+    last = str(prov.get("git_sha"))[:12]
+    commits = (f"commit {last}" if not shas or shas == [last[: len(shas[0])]] else
+               "commits " + ", ".join(shas) + " (one per device call; provenance.json says which rows)")
     return (f"Measured on one {prov.get('gpu')} (driver {prov.get('driver')}), torch {prov.get('torch')}, "
-            f"triton {prov.get('triton')}, Python {prov.get('python')}, commit {str(prov.get('git_sha'))[:12]}.")
+            f"triton {prov.get('triton')}, Python {prov.get('python')}, {commits}.")
 
 
 def _n(k: int, word: str) -> str:
@@ -58,9 +64,18 @@ def scope_note(kernels: list[dict], tp: dict, sizes: list[int] = ()) -> str:
     size = f", N = {sizes[0]}" if len(sizes) == 1 else ""
     where = (f"all from {tasks[0]}{size})" if len(tasks) == 1
              else "from " + "; ".join(t + ")" for t in tasks))
-    text = (f"Scope: {len(audited)} of the {sel} selected kernels ({built} compiled) were audited before the "
-            f"device call's time limit, {where}. ")
     not_aud = [r for r in kernels if r["compiled"] and r["id"] not in audited]
+    # "before the time limit" only where compiled kernels were left unaudited; otherwise say why the rest is out
+    if not_aud:
+        text = (f"Scope: {len(audited)} of the {sel} selected kernels ({built} compiled) were audited before the "
+                f"device call's time limit, {where}. ")
+    else:
+        no_src = sum(not r.get("candidate_extracted", True) for r in kernels)
+        failed = sum(bool(r.get("build_attempted")) and not r["compiled"] for r in kernels)
+        why = [x for x in (f"{no_src} without a convertible source" if no_src else "",
+                           f"{failed} failed to build" if failed else "") if x]
+        text = (f"Scope: {len(audited)} of the {sel} selected kernels were audited, every one that compiled"
+                + (f" ({'; '.join(why)})" if why else "") + f", {where}. ")
     if not_aud:
         by_level = Counter(r["level"] for r in not_aud)
         text += ("Compiled but not audited: " + ", ".join(f"{v} of level {k}" for k, v in sorted(by_level.items()))
