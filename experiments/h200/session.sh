@@ -5,7 +5,8 @@
 # flacmp (experiments/gdn/fla_compare.py, fla vs our GDN kernels) takes extra arguments from $FLACMP_ARGS.
 # A step may carry its own cap in seconds, "step:cap" (e.g. "sakana_bg,fla640q:150,native:100,sakana,flacmp").
 # sakana_bg starts the sakana compile phase in the background (CPU only: nvcc on 16 workers) so that GPU steps
-# run meanwhile; the next sakana step waits for it. native needs the CuTe DSL on PYTHONPATH (/opt/cute).
+# run meanwhile; the next sakana step waits for it. native needs the CuTe DSL on PYTHONPATH (/opt/cute: see
+# experiments/h200/cute_unpack.sh; without it the GPU tests skip and the native stages record an import error).
 set -u
 steps=${1:-pc,sakana,fla}
 budget=${2:-560}
