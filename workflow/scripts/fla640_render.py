@@ -1,0 +1,10 @@
+"""Render the fla #640 tables from the committed H200 results."""
+
+import sys
+from pathlib import Path
+
+from lethe.foreign.fla640_render import render
+
+snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
+sys.stderr = open(snakemake.log[0], "w", buffering=1)
+render(snakemake.params.results, Path(snakemake.output.md).parent)
