@@ -433,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--skip-verifier", action="store_true")
     ap.add_argument("--only-verifier", action="store_true", help="run only the verifier pairs of the plan")
     ap.add_argument("--max-tasks", type=int, default=0, help="keep the first N tasks of the plan (0: all)")
+    ap.add_argument("--task", action="append", default=[],
+                    help="keep only tasks whose name contains this text (repeatable), e.g. "
+                         "--task 'verify fla640/gdn/K128/bfloat16' for the control pair alone")
     ap.add_argument("--ignore-estimates", action="store_true",
                     help="start a task whenever budget is left (the caller's hard timeout bounds it)")
     ap.add_argument("--cpu-plumbing", action="store_true",
@@ -477,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [t for t in tasks if t["kind"] != "verify"]
     if args.only_verifier:
         tasks = [t for t in tasks if t["kind"] == "verify"]
+    if args.task:
+        tasks = [t for t in tasks if any(sub in _task_name(t) for sub in args.task)]
     if args.max_tasks:
         tasks = tasks[: args.max_tasks]
     doc = {"schema": SCHEMA, "fla": fla_info, "thresholds": {"ok_rel": OK_REL, "wrong_rel": WRONG_REL,
