@@ -49,9 +49,10 @@ class Bundle:
     seed: int
     device: str = "cpu"
     constants: tol.Constants = tol.DEFAULT
-    # Comparisons shared by the profiles graded from one candidate run (verify_profiles): a comparison's
-    # result depends on the profile only through the keys it is stored under, so strict and cuda-default
-    # never compare the same arrays twice. Gates never mutate what they read from it.
+    # Comparisons shared by the profiles and gates graded from one candidate run (verify_profiles): a
+    # comparison's result is a function of (reference, output, dtype, tolerance, alternative reference,
+    # NaN-skipping), so it is stored under exactly those (see compare_key) and computed once. Gates never
+    # mutate what they read from it.
     memo: dict = field(default_factory=dict)
 
     def probes(self, gate: str) -> list[dict]:
@@ -59,6 +60,29 @@ class Bundle:
 
     def cprobe(self, pid: str) -> dict | None:
         return self.cand.get("probes", {}).get(pid)
+
+    def compare_key(self, *what) -> tuple:
+        """Memo key of a comparison of the reference array ``what[0]`` (a key of ref_arrays) described by
+        ``what`` (tolerance, output, alternative...). The profile enters compare() only through
+        allow_nan_nonpropagation, and only where the reference rounded to the dtype is NaN; rounding never
+        makes a NaN, so a reference without NaN gets one key for every profile."""
+        skip_nan = self.profile.allow_nan_nonpropagation and self.ref_has_nan(what[0])
+        return ("cmp", self.constants, *what, skip_nan)
+
+    def ref_has_nan(self, name: str) -> bool:
+        key = ("has_nan", name)
+        if key not in self.memo:
+            r = self.ref_arrays[name]
+            if not np.issubdtype(r.dtype, np.floating):
+                self.memo[key] = False
+            elif r.size >= TORCH_COMPARE_MIN_NUMEL:
+                # a sum that is not NaN proves there is no NaN (one read pass, no mask); inf - inf needs
+                # the mask
+                rt = _as_t(r)
+                self.memo[key] = math.isnan(float(rt.sum())) and bool(torch.isnan(rt).any())
+            else:
+                self.memo[key] = bool(np.isnan(r).any())
+        return self.memo[key]
 
 
 def _clean(v: Any) -> Any:
@@ -160,44 +184,60 @@ def _compare_numpy(ref, cand, dtype, tol_arr, profile, alt_ref) -> dict:
 
 def _compare_torch(ref, cand, dtype, tol_arr, profile, alt_ref) -> dict:
     r, c = _as_t(ref), _as_t(cand)
-    t = _as_t(np.broadcast_to(np.asarray(tol_arr, dtype=np.float64), ref.shape))
+    t = np.asarray(tol_arr, dtype=np.float64)
+    # broadcast_to returns a read-only view, which _as_t would copy: a full-shape tolerance needs no broadcast
+    t = _as_t(t if t.shape == ref.shape else np.broadcast_to(t, ref.shape))
     a = None if alt_ref is None else _as_t(alt_ref)
-    tsafe = torch.clamp(t, min=1e-300)
-    n_new = n_lost = n_wrong = n_agree = 0
+    # The clamp only changes elements below 1e-300 (or NaN, whose min is NaN): no copy when there are none.
+    tsafe = t if t.numel() and float(t.min()) >= 1e-300 else torch.clamp(t, min=1e-300)
     if _all_finite_after_rounding(r, dtype) and math.isfinite(float(c.sum())):
-        # Fast path (the common case): every value finite on both sides, nothing skipped.
+        # Fast path (the common case): every value finite on both sides, nothing skipped. The maximum error is
+        # taken before err is divided in place (same values as err / tsafe, without another array).
         err = (c - r).abs_()
         bad = err > t
         if a is not None:
             alt_err = (c - a).abs_()
             bad &= ~(alt_err <= t)
-            ratio = torch.minimum(err / tsafe, alt_err / tsafe)
-        else:
-            ratio = err / tsafe
-    else:
-        rc = _round_t(r, dtype)
-        rnan, cnan = torch.isnan(rc), torch.isnan(c)
-        rinf, cinf = torch.isinf(rc), torch.isinf(c)
-        rfin, cfin = ~(rnan | rinf), ~(cnan | cinf)
-        skip = rnan if profile.allow_nan_nonpropagation else torch.zeros_like(rnan)
-        agree_nf = (rnan & cnan) | (rinf & cinf & (torch.sign(rc) == torch.sign(c)))
-        new_nf = rfin & ~cfin & ~skip
-        lost_nf = ~rfin & cfin & ~skip
-        wrong_nf = ~rfin & ~cfin & ~agree_nf & ~skip
-        both = rfin & cfin & ~skip
-        zero = torch.zeros((), dtype=torch.float64)
-        err = torch.where(both, (c - r).abs(), zero)
-        bad_val = both & (err > t)
-        ratio = torch.where(both, err / tsafe, zero)
+        max_err = float(err.max()) if err.numel() else 0.0
+        ratio = err.div_(tsafe)
         if a is not None:
-            alt_err = torch.where(both, (c - a).abs(), zero)
-            bad_val &= ~((c - a).abs() <= t)
-            ratio = torch.minimum(ratio, torch.where(both, alt_err / tsafe, zero))
-        bad = bad_val | new_nf | lost_nf | wrong_nf
-        n_new, n_lost, n_wrong = int(new_nf.sum()), int(lost_nf.sum()), int(wrong_nf.sum())
-        n_agree = int((agree_nf & ~skip).sum())
+            ratio = torch.minimum(ratio, alt_err.div_(tsafe), out=ratio)
+        out = _summary(r.numel(), int(torch.count_nonzero(bad)), max_err,
+                       float(ratio.max()) if ratio.numel() else 0.0, 0, 0, 0, 0)
+        return _first_bad(out, bad, r, c)
+    # Exact path. The four non-finite classes (and the NaN skip) can only hold where the rounded reference or
+    # the output is not finite, so they are computed on those positions alone (gathered: a NaN input row of a
+    # matmul is one output row); ``both`` (finite on both sides, not skipped) is the complement of that set.
+    # Counts and masks are the full-array ones restricted to where they can be true.
+    low = r if dtype == "float64" else r.to(_TORCH_DTYPES[dtype])  # finite iff the rounded reference is
+    special = ~(torch.isfinite(low).logical_and_(torch.isfinite(c)))
+    del low
+    idx = torch.nonzero(special.reshape(-1)).reshape(-1)
+    rs, cs = _round_t(r.reshape(-1)[idx], dtype), c.reshape(-1)[idx]
+    rnan, cnan = torch.isnan(rs), torch.isnan(cs)
+    rinf, cinf = torch.isinf(rs), torch.isinf(cs)
+    rfin, cfin = ~(rnan | rinf), ~(cnan | cinf)
+    skip = rnan if profile.allow_nan_nonpropagation else torch.zeros_like(rnan)
+    agree_nf = (rnan & cnan) | (rinf & cinf & (torch.sign(rs) == torch.sign(cs)))
+    new_nf = rfin & ~cfin & ~skip
+    lost_nf = ~rfin & cfin & ~skip
+    wrong_nf = ~rfin & ~cfin & ~agree_nf & ~skip
+    err = (c - r).abs_().masked_fill_(special, 0.0)  # where(both, |c - r|, 0)
+    bad = (err > t).logical_and_(~special)
+    ratio = (err / tsafe).masked_fill_(special, 0.0)
+    if a is not None:
+        alt_err = (c - a).abs_()
+        bad &= ~(alt_err <= t)
+        ratio = torch.minimum(ratio, alt_err.div_(tsafe).masked_fill_(special, 0.0), out=ratio)
+    bad.view(-1)[idx] = new_nf | lost_nf | wrong_nf  # value mismatches never lie on these positions
+    n_new, n_lost, n_wrong = int(new_nf.sum()), int(lost_nf.sum()), int(wrong_nf.sum())
+    n_agree = int((agree_nf & ~skip).sum())
     out = _summary(r.numel(), int(bad.sum()), float(err.max()) if err.numel() else 0.0,
                    float(ratio.max()) if ratio.numel() else 0.0, n_new, n_lost, n_wrong, n_agree)
+    return _first_bad(out, bad, r, c)
+
+
+def _first_bad(out: dict, bad: torch.Tensor, r: torch.Tensor, c: torch.Tensor) -> dict:
     if out["n_bad"]:
         idx = torch.nonzero(bad)[:5].tolist()
         out["first_bad"] = idx
@@ -207,16 +247,22 @@ def _compare_torch(ref, cand, dtype, tol_arr, profile, alt_ref) -> dict:
 
 def _all_finite_after_rounding(r: torch.Tensor, dtype: str) -> bool:
     """True only when every element of the float64 reference is finite and stays finite once rounded to
-    ``dtype``. Sufficient test, read-only passes: a finite sum means no element is +-inf or NaN, and
-    |r| below the dtype's largest finite value cannot round to infinity; anything else takes the exact path."""
-    if not math.isfinite(float(r.sum())):
+    ``dtype``. One read pass: min and max propagate NaN and are infinite when an element is, and |r| below the
+    dtype's largest finite value cannot round to infinity; anything else takes the exact path."""
+    if not r.numel():
+        return True
+    lo, hi = (float(v) for v in torch.aminmax(r))
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         return False
-    lo, hi = torch.aminmax(r)
-    return max(-float(lo), float(hi)) <= float(torch.finfo(_TORCH_DTYPES[dtype]).max)
+    return max(-lo, hi) <= float(torch.finfo(_TORCH_DTYPES[dtype]).max)
 
 
 def _as_t(x) -> torch.Tensor:
-    """A float64 tensor over (a contiguous, writable copy only where needed of) a numpy array."""
+    """A float64 tensor over (a contiguous, writable copy only where needed of) a numpy array. float32 and
+    float16 arrays are widened by torch (exact either way; torch spreads the copy over the host's cores)."""
+    x = np.asarray(x)
+    if x.dtype in (np.float32, np.float16) and x.flags.c_contiguous and x.flags.writeable:
+        return torch.from_numpy(x).to(torch.float64)
     x = np.ascontiguousarray(x, dtype=np.float64)
     if not x.flags.writeable:
         x = x.copy()
@@ -276,8 +322,9 @@ def _fold(gate: str, per_probe: dict[str, dict], b: Bundle, empty_reason: str) -
 
 
 def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray, str, int], np.ndarray],
-                 alt_prefix: str | None = None) -> dict:
-    """Grade every output of one probe with ``tol_fn(ref, dtype, N)``."""
+                 alt_prefix: str | None = None, tol_key: tuple | None = None) -> dict:
+    """Grade every output of one probe with ``tol_fn(ref, dtype, N)``. ``tol_key`` names the tolerance
+    function (gates that grade a probe with the same one share its comparison); by default the gate does."""
     st = _probe_status(b, meta, gate)
     if st is not None:
         return {"status": st[0], "reason": st[1]}
@@ -291,7 +338,8 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
         return {"status": "error", "reason": "candidate output arrays missing"}
     summaries = []
     for k in range(n):
-        key = ("value", gate, pid, k, alt_prefix, b.profile.allow_nan_nonpropagation)
+        key = b.compare_key(f"p/{pid}/ref{k}", "value", tol_key or (gate,), meta["dtype"], meta["N"],
+                            alt_prefix)
         if key not in b.memo:
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
             alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
@@ -317,6 +365,9 @@ def _vt(b: Bundle, rel_k: float | None = None):
     return lambda r, d, n: tol.value_tol(r, d, n, b.constants, rel_k=rel_k)
 
 
+VT = ("value_tol",)  # tol_key of _vt(b): CMP-01, CMP-03, PRC-01/02, EXC-01/02 share their comparisons
+
+
 # ----------------------------------------------------------------------------------------------------------
 # the gates
 
@@ -330,7 +381,7 @@ def cmp_01(b: Bundle) -> GateResult:
     per = {}
     for m in b.probes("CMP-01"):
         alt = "ftz" if (m["kind"] == "subnormal" and b.profile.allow_ftz) else None
-        per[m["id"]] = _value_probe(b, m, "CMP-01", _vt(b), alt_prefix=alt)
+        per[m["id"]] = _value_probe(b, m, "CMP-01", _vt(b), alt_prefix=alt, tol_key=VT)
     return _fold("CMP-01", per, b, "no value probe was gradable")
 
 
@@ -363,8 +414,11 @@ def cmp_02(b: Bundle) -> GateResult:
             if c is None:
                 c = np.zeros_like(r)  # a missing .grad is a zero gradient
             n = tol.reduction_length(n_all, [r.shape])
-            s = compare(r, c, m["dtype"], tol.value_tol(r, m["dtype"], n, b.constants,
-                                                        rel_k=b.constants.GRAD_REL_K), b.profile)
+            key = b.compare_key(f"p/{pid}/gin{j}", "grad", m["dtype"], n)
+            if key not in b.memo:
+                t = tol.value_tol(r, m["dtype"], n, b.constants, rel_k=b.constants.GRAD_REL_K)
+                b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
+            s = b.memo[key]
             checks[f"input{j}"] = s
             if not s["ok"]:
                 bad.append(f"input{j}")
@@ -377,8 +431,11 @@ def cmp_02(b: Bundle) -> GateResult:
                     bad.append(f"param:{name}")
                     continue
                 n = tol.reduction_length(n_all, [r.shape])
-                s = compare(r, c, m["dtype"], tol.value_tol(r, m["dtype"], n, b.constants,
-                                                            rel_k=b.constants.GRAD_REL_K), b.profile)
+                key = b.compare_key(f"p/{pid}/gpar/{name}", "grad", m["dtype"], n)
+                if key not in b.memo:
+                    t = tol.value_tol(r, m["dtype"], n, b.constants, rel_k=b.constants.GRAD_REL_K)
+                    b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
+                s = b.memo[key]
                 checks[f"param:{name}"] = s
                 if not s["ok"]:
                     bad.append(f"param:{name}")
@@ -395,7 +452,7 @@ def cmp_03(b: Bundle) -> GateResult:
     multiple of BLOCK; the reference, not the candidate, decides which shapes are valid."""
     per = {}
     for m in b.probes("CMP-03"):
-        per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b))
+        per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b), tol_key=VT)
     variants = [k for k, v in per.items() if k != "rand0" and v["status"] in ("pass", "fail")]
     res = _fold("CMP-03", per, b, "no shape probe was gradable")
     if res.status == "pass" and not variants:
@@ -455,8 +512,12 @@ def ord_02(b: Bundle) -> GateResult:
                     break
                 for k in range(n):
                     a, z = np.asarray(first[k]), np.asarray(later[k])
-                    same = a.shape == z.shape and a.dtype == z.dtype and a.tobytes() == z.tobytes()
-                    if same:
+                    # byte equality does not depend on the profile: computed once per run
+                    skey = ("same_bytes", pid, i, k)
+                    if skey not in b.memo:
+                        b.memo[skey] = (a.shape == z.shape and a.dtype == z.dtype
+                                        and a.tobytes() == z.tobytes())
+                    if b.memo[skey]:
                         continue
                     if b.profile.bitwise_determinism:
                         diffs.append(f"call {i + 1} output {k} differs bytewise from call 1")
@@ -502,13 +563,17 @@ def ord_03(b: Bundle) -> GateResult:
         summaries = []
         for k in range(n):
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
-            t: np.ndarray | float = 0.0
-            if np.issubdtype(r.dtype, np.floating):
-                sens = b.ref_arrays.get(f"p/{pid}/sens{k}")
-                if sens is None:
-                    return {"status": "error", "reason": f"reference sensitivity of output {k} missing"}
+            if not np.issubdtype(r.dtype, np.floating):
+                summaries.append(compare(r, outs[k], m["dtype"], 0.0, b.profile))
+                continue
+            sens = b.ref_arrays.get(f"p/{pid}/sens{k}")
+            if sens is None:
+                return {"status": "error", "reason": f"reference sensitivity of output {k} missing"}
+            key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"])
+            if key not in b.memo:
                 t = tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c)
-            summaries.append(compare(r, outs[k], m["dtype"], t, b.profile))
+                b.memo[key] = compare(r, outs[k], m["dtype"], t, b.profile)
+            summaries.append(b.memo[key])
         bad = [k for k, s in enumerate(summaries) if not s["ok"]]
         reason = ""
         if bad:
@@ -528,7 +593,8 @@ def ord_03(b: Bundle) -> GateResult:
             continue
         scale = float(m.get("abs_scale", 0.0))
         per[m["id"]] = _value_probe(
-            b, m, "ORD-03", lambda r, d, n, s=scale: tol.ord03_bound(r, max(s, tol.output_scale(r)), d, n, c))
+            b, m, "ORD-03", lambda r, d, n, s=scale: tol.ord03_bound(r, max(s, tol.output_scale(r)), d, n, c),
+            tol_key=("ord03_bound", scale))
     return _fold("ORD-03", per, b, "no cancellation probe was gradable")
 
 
@@ -551,7 +617,7 @@ def _precision_gate(b: Bundle, gate: str) -> dict:
             if not charged:
                 per[m["id"]] = {"status": "na", "reason": why}
                 continue
-        per[m["id"]] = _value_probe(b, m, gate, _vt(b))
+        per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT)
     return per
 
 
@@ -577,7 +643,7 @@ def exc_01(b: Bundle) -> GateResult:
     and finite positions stay within CMP-01 tolerance (agreeing non-finite values are not value mismatches).
     Under fast-math, positions where the reference is NaN are not graded. Why: masking NaN hides divergence in
     training, and a kernel that spreads Inf across a row corrupts everything downstream."""
-    per = {m["id"]: _value_probe(b, m, "EXC-01", _vt(b)) for m in b.probes("EXC-01")}
+    per = {m["id"]: _value_probe(b, m, "EXC-01", _vt(b), tol_key=VT) for m in b.probes("EXC-01")}
     return _fold("EXC-01", per, b, "no non-finite probe was gradable")
 
 
@@ -590,7 +656,7 @@ def exc_02(b: Bundle) -> GateResult:
     per = {}
     for m in b.probes("EXC-02"):
         alt = "ftz" if b.profile.allow_ftz else None
-        per[m["id"]] = _value_probe(b, m, "EXC-02", _vt(b), alt_prefix=alt)
+        per[m["id"]] = _value_probe(b, m, "EXC-02", _vt(b), alt_prefix=alt, tol_key=VT)
     return _fold("EXC-02", per, b, "no subnormal probe was gradable")
 
 

@@ -65,6 +65,10 @@ class Constants:
 
 DEFAULT = Constants()
 
+# value_tol computes tolerance arrays of at least this many elements with torch (same operations, same order);
+# the size gates.TORCH_COMPARE_MIN_NUMEL uses for comparisons.
+TORCH_MIN_NUMEL = 1 << 18
+
 
 def dtype_name(dtype) -> str:
     """Canonical name ("float32", ...) of a numpy/torch dtype or a string like "fp16"."""
@@ -98,8 +102,54 @@ def output_scale(ref: np.ndarray) -> float:
     the small ones.
     """
     a = np.asarray(ref, dtype=np.float64)
+    if a.size:
+        # Common case without the masked copy: a finite mean of squares means every element is finite, and
+        # then a[isfinite(a)] is a.ravel(), the same values in the same order (so the same pairwise sum). The
+        # squares are computed by torch on large arrays (one exact multiply per element either way).
+        flat = a.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # any overflow is reported by the path below
+            if flat.size >= TORCH_MIN_NUMEL:
+                tf = _torch(flat)
+                sq = tf.mul(tf).numpy()
+            else:
+                sq = flat * flat
+            m = np.mean(sq)
+        if math.isfinite(m):
+            return float(np.sqrt(m))
     a = a[np.isfinite(a)]
     return float(np.sqrt(np.mean(a * a))) if a.size else 0.0
+
+
+def _torch(a: np.ndarray):
+    """A torch view of a float64 numpy array (a contiguous copy only where it is not one already)."""
+    import torch
+
+    shape = np.shape(a)
+    a = np.ascontiguousarray(a, dtype=np.float64).reshape(shape)  # ascontiguousarray makes a 0-d array 1-d
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
+NUMPY = (np.ndarray, np.generic)  # what _magnitude returns below TORCH_MIN_NUMEL (a 0-d input gives a scalar)
+
+
+def _magnitude(ref: np.ndarray, with_scale: bool):
+    """m_i = |r_i| (0 where r_i is not finite), plus S = output_scale(ref) when ``with_scale``: the factor
+    every per-element bound multiplies. A torch tensor for arrays of at least TORCH_MIN_NUMEL elements (the same
+    elementwise float64 operations, on the host's cores, with fewer temporaries), a numpy array otherwise."""
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = output_scale(ref) if with_scale else None
+    if ref.size >= TORCH_MIN_NUMEL:
+        import torch
+
+        t = _torch(ref).abs()
+        # A finite max (NaN propagates through it) means there is nothing to mask: one read pass instead of
+        # building the mask and a masked copy.
+        if not (t.numel() and math.isfinite(float(t.max()))):
+            t = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=torch.float64))
+        return t.add_(scale) if with_scale else t
+    r = np.abs(ref)
+    r = np.where(np.isfinite(r), r, 0.0)
+    return r + scale if with_scale else r
 
 
 def acc_eps(dtype) -> float:
@@ -118,18 +168,12 @@ def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: flo
     d = dtype_name(dtype)
     k = c.REL_K if rel_k is None else rel_k
     a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), c.SUB_K * n * DENORM[d]
-    ref = np.asarray(ref, dtype=np.float64)
-    if ref.size >= (1 << 18):
-        # Same elementwise float64 operations in the same order (bit-identical), on the host's cores.
-        import torch
-
-        t = torch.from_numpy(np.ascontiguousarray(ref)).abs()
-        t = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=torch.float64)) + output_scale(ref)
-        return (a * t + b * t + z).numpy()
-    r = np.abs(ref)
-    r = np.where(np.isfinite(r), r, 0.0)
-    m = r + output_scale(ref)
-    return a * m + b * m + z
+    m = _magnitude(ref, with_scale=True)
+    if isinstance(m, NUMPY):
+        return a * m + b * m + z
+    # (a*m + b*m) + z as above, element by element in the same order, in place: one new array instead of four
+    out = m.mul(a)
+    return out.add_(m.mul_(b)).add_(z).numpy()
 
 
 def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
@@ -143,13 +187,14 @@ def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.nd
     which is what the gate exists to catch.
     """
     d = dtype_name(dtype)
+    k, z = (c.ORD_K * math.sqrt(n) + c.REL_K) * EPS[d], c.SUB_K * n * DENORM[d]
     if np.ndim(ref) == 0:
         scale = abs(float(ref))  # a scalar is taken as the scale itself (sum|terms|), not as an output
-    else:
-        r = np.abs(np.asarray(ref, dtype=np.float64))
-        r = np.where(np.isfinite(r), r, 0.0)
-        scale = r + output_scale(ref)
-    return (c.ORD_K * math.sqrt(n) + c.REL_K) * EPS[d] * scale + c.SUB_K * n * DENORM[d]
+        return k * scale + z
+    scale = _magnitude(ref, with_scale=True)
+    if isinstance(scale, NUMPY):
+        return k * scale + z
+    return scale.mul_(k).add_(z).numpy()  # the same two operations, in place on a large array
 
 
 def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
@@ -163,9 +208,12 @@ def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants
     are much larger than s and stay far inside it. sum|terms| is measured by running the reference on |x|.
     """
     e = EPS[dtype_name(dtype)]
-    r = np.abs(np.asarray(ref, dtype=np.float64))
-    r = np.where(np.isfinite(r), r, 0.0)
-    return c.REL_K * e * r + c.ORD03_K * e * math.sqrt(max(n, 1)) * terms_scale + c.SUB_K * n * DENORM[dtype_name(dtype)]
+    k, z = c.REL_K * e, c.SUB_K * n * DENORM[dtype_name(dtype)]
+    s = c.ORD03_K * e * math.sqrt(max(n, 1)) * terms_scale
+    r = _magnitude(ref, with_scale=False)
+    if isinstance(r, NUMPY):
+        return k * r + s + z
+    return r.mul_(k).add_(s).add_(z).numpy()  # ((k*r) + s) + z, in place on a large array
 
 
 
