@@ -1269,7 +1269,7 @@ def caveats(run: Run) -> list[str]:
         k1 = sorted({r.get("native_k1") for r in run.rows if r.get("kind") == "bench" and r.get("impl") == "native"
                      and r.get("status") == "ok"})
         out.append("native: chunk_family(backend='native') on the same input tensors; the torch chunked forward and "
-                   "backward compute in float32 with K1 replaced by the CuTe DSL kernel (K1 in the timed rows: "
+                   "backward compute in float32 with K1, and K2 where its shape is supported, replaced by the CuTe DSL kernels (K1 in the timed rows: "
                    f"{k1 or 'none timed'}); timed at B*H*T = {run.args.native_head_tokens}"
                    + ("" if native_in_main(run.args) else
                       f" (bench_native cells, with fla and ours timed again at that size), not at {run.args.head_tokens}")

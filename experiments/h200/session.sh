@@ -23,6 +23,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > $
 bg_pid=""
 for spec in ${steps//,/ }; do
   step=${spec%%:*}; cap=${spec#*:}; [ "$cap" = "$spec" ] && cap=0
+  case $cap in ''|*[!0-9]*) echo "bad cap in '$spec' (seconds expected): ignored"; cap=0 ;; esac
   t=$(left); [ "$cap" -gt 0 ] && [ "$cap" -lt "$t" ] && t=$cap
   [ "$t" -gt 30 ] || { echo "skip $step: no time left"; continue; }
   echo "== $step ($t s for it)"; step_t0=$(date +%s)
@@ -30,7 +31,7 @@ for spec in ${steps//,/ }; do
     pc) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites positive_control > $OUT/r/pc.log 2>&1 ;;
     rt) timeout $((t-10)) python3 experiments/h200/suites.py --out $OUT/r/suites --suites red_team > $OUT/r/rt.log 2>&1 ;;
     sakana_bg) w=${SAKANA_WORK:-.build/sakana}; mkdir -p $w $OUT/r
-            python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana_compile --work $w \
+            timeout $((t-20)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana_compile --work $w \
               --levels ${SAKANA_LEVELS:-1,2} --limit ${SAKANA_LIMIT:-0} --phases compile --workers 16 \
               > $OUT/r/sakana_compile.log 2>&1 &
             bg_pid=$! ;;
@@ -39,13 +40,14 @@ for spec in ${steps//,/ }; do
               --quick --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;
     native) timeout $((t/2)) python3 -m pytest -q -m gpu -p no:cacheprovider tests/kernels/gdn_native/test_native_gpu.py \
               > $OUT/r/native_pytest.log 2>&1
-            t=$(left); [ "$cap" -gt 0 ] && t=$(( cap - ($(date +%s) - step_t0) ))
-            timeout $((t > 20 ? t - 10 : 10)) python3 experiments/native/bench.py --out $OUT/r/native \
+            t=$(left); [ "$cap" -gt 0 ] && { c=$(( cap - ($(date +%s) - step_t0) )); [ "$c" -lt "$t" ] && t=$c; }
+            [ "$t" -gt 20 ] && timeout $((t - 10)) python3 experiments/native/bench.py --out $OUT/r/native \
               --merge results/native/bench.json --stages ${NATIVE_STAGES:-k2_correctness,k2_timing,backward_timing} \
               --budget-s $((t > 40 ? t - 30 : 10)) > $OUT/r/native.log 2>&1 ;;
     sakana) w=${SAKANA_WORK:-.build/sakana}; mkdir -p $w
             [ -n "$bg_pid" ] && { echo "   waiting for the background compile"; wait $bg_pid; bg_pid=""; }
             t=$(left); [ "$cap" -gt 0 ] && [ "$cap" -lt "$t" ] && t=$cap
+            [ "$t" -gt 30 ] || { echo "skip $step: no time left after the background compile"; continue; }
             timeout $((t-10)) python3 experiments/foreign/sakana_h200.py --out $OUT/r/sakana --work $w \
               --levels ${SAKANA_LEVELS:-1,2} --limit ${SAKANA_LIMIT:-0} --budget-s ${SAKANA_BUDGET:-0} \
               --phases ${SAKANA_PHASES:-compile,audit,kb,scaling} --workers 16 --scaling ${SAKANA_SCALING:-1,2,4} \
@@ -60,5 +62,7 @@ for spec in ${steps//,/ }; do
   esac
   echo "   rc=$? after $(( $(date +%s) - start )) s"; tail -n 4 $OUT/r/*.log 2>/dev/null | tail -n 8
 done
+# a background compile no later step waited for must not write while the results are packed
+[ -n "$bg_pid" ] && { kill $bg_pid 2>/dev/null; wait $bg_pid 2>/dev/null; echo "background compile stopped"; }
 tar -czf $OUT/results.tar.gz -C $OUT r && rm -rf $OUT/r
 ls -la $OUT

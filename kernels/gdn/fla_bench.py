@@ -23,7 +23,7 @@ from lethe.render.tables import Column, render_table
 #: Implementations the table compares, in column order (the script's "torch" stand-in and its torch-path cells
 #: are not part of the comparison with fla).
 IMPLS = ("fla", "ours", "native")
-IMPL_NAMES = {"fla": "fla", "ours": "ours (Triton)", "native": "native (CuTe K1)"}
+IMPL_NAMES = {"fla": "fla", "ours": "ours (Triton)", "native": "native (CuTe K1, K2)"}
 MODES = ("bwd", "fwd+bwd")
 MODE_NAMES = {"bwd": "bwd", "fwd+bwd": "fwd+bwd"}
 #: Cells of the comparison (the script's bench_torch cells time our torch path only).

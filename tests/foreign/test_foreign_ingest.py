@@ -135,3 +135,20 @@ def test_kernels_sharing_a_slice_id_get_distinct_committed_ids():
                 for k, t in reversed(list(enumerate(twins)))]
     table = {r["id"]: r for r in ingest.compile_table(twins, attempts)}
     assert [table[t["id"]]["compile_seconds"] for t in twins] == [50.0 + k for k in range(len(twins))]
+
+
+def test_an_attempt_with_a_uid_is_never_given_to_its_twin():
+    """Twins share a slice id; an attempt recorded with one twin's uid must not make the other look built."""
+    twins = [{**_item(0, "X~aaa", "sakana_aaa"), "slice_id": "X", "uid": "X#a"},
+             {**_item(1, "X~bbb", "sakana_bbb"), "slice_id": "X", "uid": "X#b"}]
+    table = ingest.compile_table(twins, [{"id": "X", "uid": "X#a", "compiled": True, "compile_seconds": 12.0,
+                                          "error": ""}])
+    assert table[0]["compiled"] and not table[1]["build_attempted"] and not table[1]["compiled"]
+
+
+def test_a_record_of_a_shared_slice_id_without_a_matching_uid_is_refused():
+    items = [{"id": "X~aaa", "slice_id": "X", "uid": "X#a"}, {"id": "X~bbb", "slice_id": "X", "uid": "X#b"},
+             {"id": "Y", "slice_id": "Y", "uid": "Y#c"}]
+    assert ingest.unique_ids([{"id": "Y", "uid": "Y#old"}], items) == [{"id": "Y", "uid": "Y#old"}]
+    with pytest.raises(ValueError, match="matches no selected kernel's uid"):
+        ingest.unique_ids([{"id": "X", "uid": "X#old"}], items)

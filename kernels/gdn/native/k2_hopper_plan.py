@@ -10,6 +10,9 @@ THREADS = 256
 TCOLS = 16  # threads along the output's column dimension, in every product
 
 
+# the most dynamic shared memory one block may opt into on sm_90a (H100/H200)
+SM90_SMEM_PER_BLOCK = 232_448
+
 def v_tile(V: int) -> int:
     """Width of the V-tiles phase 1 streams through shared memory (64, or V itself when smaller)."""
     return 64 if V % 64 == 0 else V
@@ -65,6 +68,9 @@ def check(K: int, V: int, C: int) -> None:
         if (rows * cols) % THREADS:
             raise ValueError("staging loops need every staged tile's size to be a multiple of 256")
     tile_plan(K, V, C)
+    if smem_bytes(K, V, C) > SM90_SMEM_PER_BLOCK:
+        raise ValueError(f"needs {smem_bytes(K, V, C):,} B of shared memory, over sm_90a's "
+                         f"{SM90_SMEM_PER_BLOCK:,} B per block")
 
 
 def supported(K: int, V: int, C: int) -> bool:

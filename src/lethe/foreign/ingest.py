@@ -80,14 +80,25 @@ def select_items(subset_rows: Sequence[Mapping[str, Any]], levels: str, limit: i
     shared = {k for k, n in Counter(it["id"] for it in items).items() if n > 1}
     for it in items:
         if it["id"] in shared:
-            it["id"] = f'{it["id"]}~{(it["ext_name"] or "sakana_none")[7:13]}'
+            digits = it["ext_name"][7:13] if it["ext_name"] else it["uid"].split("#")[1][:6]
+            it["id"] = f'{it["id"]}~{digits}'
     return [{"position": i, **it} for i, it in enumerate(items)]
 
 
 def unique_ids(records: Sequence[Mapping[str, Any]], items: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Records (verdict rows, timings, KernelBench rows) with the committed id of their kernel, found by uid."""
     by_uid = {it["uid"]: it["id"] for it in items}
-    return [{**r, "id": by_uid.get(r.get("uid"), r["id"])} for r in records]
+    shared = {it["slice_id"] for it in items if it["id"] != it["slice_id"]}
+    out = []
+    for r in records:
+        if r.get("uid") not in by_uid and r["id"] in shared:
+            # the uid hashes the generated candidate, so a change of the harness template changes it: a record
+            # of a shared slice id that matches no uid cannot be told apart from its twin
+            raise ValueError(f"record for {r['id']!r} (uid {r.get('uid')!r}) matches no selected kernel's uid; its "
+                             "slice id is shared, so it cannot be assigned (was the record made with another "
+                             "version of lethe.corpora.sakana's candidate template? remap its uid first)")
+        out.append({**r, "id": by_uid.get(r.get("uid"), r["id"])})
+    return out
 
 
 def parse_logs(texts: Iterable[str]) -> dict[str, Any]:
@@ -115,9 +126,12 @@ def compile_table(items: Sequence[Mapping[str, Any]], attempts: Sequence[Mapping
     kernel has several attempts (a retry), a successful one wins.
     """
     load_inline_s = load_inline_s or {}
+    # older logs carry no uid: those attempts are matched by slice id; an attempt with a uid belongs to that
+    # kernel alone and must not be handed to a twin that shares its slice id
     pool: dict[str, list[dict]] = {}
     for a in attempts:
-        pool.setdefault(a["id"], []).append(dict(a))
+        if not a.get("uid"):
+            pool.setdefault(a["id"], []).append(dict(a))
     by_uid: dict[str, list[dict]] = {}
     for a in attempts:
         if a.get("uid"):

@@ -105,3 +105,13 @@ def test_plan_fits_sm90(V):
     for M, N, _, TM, TN in plan.values():
         assert (M // TM) * (N // TN) == THREADS
     assert smem_bytes(128, V, 64) == 83200 <= SM90_SMEM_PER_BLOCK
+
+
+def test_supported_refuses_shapes_over_the_shared_memory_limit():
+    """The native backend falls back to the torch K2 when supported() is False; a shape that passes the tiling
+    rules but needs more than sm_90a's 232,448 B per block must be refused here, not fail at launch."""
+    from kernels.gdn.native.k2_hopper_plan import SM90_SMEM_PER_BLOCK, smem_bytes, supported
+
+    assert supported(128, 128, 64) and smem_bytes(128, 128, 64) <= SM90_SMEM_PER_BLOCK
+    for K, V in ((128, 224), (128, 240), (448, 128)):
+        assert smem_bytes(K, V, 64) > SM90_SMEM_PER_BLOCK and not supported(K, V, 64)
