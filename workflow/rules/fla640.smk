@@ -7,19 +7,14 @@ import os as _fla640_os
 
 FLA640_DIR = "results/foreign/fla640"
 _FLA640_PROV = _fla640_os.path.join(workflow.basedir, FLA640_DIR, "provenance.json")
-
-
-def _fla640_inputs():
-    """provenance.json plus every file of a results call it lists, so a re-collected call re-renders."""
-    if not _fla640_os.path.exists(_FLA640_PROV):
-        return []
-    with open(_FLA640_PROV) as fh:
-        prov = _fla640_json.load(fh)
-    files = [f"{FLA640_DIR}/{rel}" for c in prov["calls"] if c["role"] == "results" for rel in sorted(c["files"])]
-    return [f"{FLA640_DIR}/provenance.json"] + files
-
-
+# provenance.json first (the script finds the results folder from it), then every file of a results call it
+# lists, so a re-collected call re-renders
+FLA640_INPUTS = []
 if _fla640_os.path.exists(_FLA640_PROV):
+    with open(_FLA640_PROV) as _fh:
+        _fla640_calls = _fla640_json.load(_fh)["calls"]
+    FLA640_INPUTS = [f"{FLA640_DIR}/provenance.json"] + [
+        f"{FLA640_DIR}/{rel}" for c in _fla640_calls if c["role"] == "results" for rel in sorted(c["files"])]
     RENDER_TARGETS.extend(["paper/tables/fla640.md", "paper/tables/fla640.tex"])
 
 
@@ -27,12 +22,10 @@ rule fla640_render:
     conda:
         CONDA_ENV
     input:
-        _fla640_inputs(),
+        FLA640_INPUTS,
     output:
         md="paper/tables/fla640.md",
         tex="paper/tables/fla640.tex",
-    params:
-        results=FLA640_DIR,
     log:
         "logs/fla640/render.log",
     script:

@@ -7,4 +7,4 @@ from lethe.foreign.fla640_render import render
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 sys.stderr = open(snakemake.log[0], "w", buffering=1)
-render(snakemake.params.results, Path(snakemake.output.md).parent)
+render(Path(snakemake.input[0]).parent, Path(snakemake.output.md).parent)  # input[0]: provenance.json
