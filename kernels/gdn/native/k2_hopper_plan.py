@@ -6,12 +6,14 @@ use it without importing the CuTe DSL.
 
 from __future__ import annotations
 
+from lethe.aot.limits import limits_for
+
 THREADS = 256
 TCOLS = 16  # threads along the output's column dimension, in every product
 
 
-# the most dynamic shared memory one block may opt into on sm_90a (H100/H200)
-SM90_SMEM_PER_BLOCK = 232_448
+# the most dynamic shared memory one block may opt into on sm_90a (H100/H200), from the project's limit table
+SM90_SMEM_PER_BLOCK = limits_for("sm_90a").max_shared_bytes_per_block
 
 def v_tile(V: int) -> int:
     """Width of the V-tiles phase 1 streams through shared memory (64, or V itself when smaller)."""

@@ -12,6 +12,7 @@ numerically fragile). Pure NumPy/torch; the CuTe DSL is not imported.
 import numpy as np
 import pytest
 import torch
+from k2_problem import k2_problem
 
 from kernels.gdn import chunked
 from kernels.gdn.native import k2_hopper_model
@@ -20,19 +21,6 @@ from kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes, tile_plan
 SM90_SMEM_PER_BLOCK = 232448
 
 
-def _problem(T=128, K=128, V=64, seed=0, dtype=torch.float64):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    u = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    B, H = 1, 2
-    q, v = r(B, T, H, K), r(B, T, H, V)
-    k = torch.nn.functional.normalize(r(B, T, H, K), dim=-1)
-    g = torch.nn.functional.logsigmoid(r(B, T, H, K) + 2.0) * 0.25
-    b, w = 2.0 * u(B, T, H, K), u(B, T, H, V)
-    S0, do, dS = r(B, H, K, V), r(B, T, H, V), r(B, H, K, V)
-    ins = [x.to(dtype) for x in (q, k, v, g, b, w)]
-    _, _, ctx = chunked.chunk_fwd(*ins, chunk=64, initial_state=S0.to(dtype))
-    return ctx, do.to(dtype), dS.to(dtype)
 
 
 def _dd(ctx, do, dS):
@@ -52,7 +40,7 @@ def _rel(x, ref):
 @pytest.mark.parametrize("V", [64, 128])
 def test_kernel_order_equals_chunk_bwd_k2(V):
     """dXe, du, dA of the kernel's order vs chunk_bwd's own K2 (wy_vjp_torch), float64, each < 1e-12."""
-    ctx, do, dS = _problem(V=V)
+    ctx, do, dS = k2_problem(V=V)
     dd = _dd(ctx, do, dS)
     got = _model(dd, ctx)
     ref = chunked.wy_vjp_torch(dd, ctx)
@@ -66,7 +54,7 @@ def test_kernel_order_equals_chunk_bwd_k2(V):
 def test_full_backward_with_model_as_wy_vjp(V):
     """chunk_bwd(wy_vjp=model) vs chunk_bwd(): every gradient < 1e-12 (the hook passes dd and ctx in and uses
     the outputs as dXe, du, dA)."""
-    ctx, do, dS = _problem(V=V, seed=1)
+    ctx, do, dS = k2_problem(V=V, seed=1)
     ref = chunked.chunk_bwd(do, ctx, dS)
     got = chunked.chunk_bwd(do, ctx, dS, wy_vjp=_model)
     for a, r in zip(got, ref, strict=True):
@@ -76,7 +64,7 @@ def test_full_backward_with_model_as_wy_vjp(V):
 def test_default_wy_vjp_is_the_inline_torch_code_bit_for_bit():
     """chunk_bwd() and chunk_bwd(wy_vjp=chunked.wy_vjp_torch) are the same computation (float32 too)."""
     for dtype in (torch.float64, torch.float32):
-        ctx, do, dS = _problem(V=64, seed=2, dtype=dtype)
+        ctx, do, dS = k2_problem(V=64, seed=2, dtype=dtype)
         a = chunked.chunk_bwd(do, ctx, dS)
         b = chunked.chunk_bwd(do, ctx, dS, wy_vjp=chunked.wy_vjp_torch)
         assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
@@ -85,7 +73,7 @@ def test_default_wy_vjp_is_the_inline_torch_code_bit_for_bit():
 def test_float32_replay_stays_at_float32_rounding():
     """The same order in float32 (rounding after every multiply and add) is within 1e-5 (norm-relative) of the
     float64 K2 on float32 inputs: the accumulation order does not amplify rounding."""
-    ctx32, do, dS = _problem(V=128, seed=4, dtype=torch.float32)
+    ctx32, do, dS = k2_problem(V=128, seed=4, dtype=torch.float32)
     dd32 = _dd(ctx32, do, dS)
     f32 = _model(dd32, ctx32, dtype=np.float32)
     ctx64 = {k: (v.double() if torch.is_tensor(v) and v.is_floating_point() else v) for k, v in ctx32.items()}
@@ -110,7 +98,7 @@ def test_plan_fits_sm90(V):
 def test_supported_refuses_shapes_over_the_shared_memory_limit():
     """The native backend falls back to the torch K2 when supported() is False; a shape that passes the tiling
     rules but needs more than sm_90a's 232,448 B per block must be refused here, not fail at launch."""
-    from kernels.gdn.native.k2_hopper_plan import SM90_SMEM_PER_BLOCK, smem_bytes, supported
+    from kernels.gdn.native.k2_hopper_plan import supported
 
     assert supported(128, 128, 64) and smem_bytes(128, 128, 64) <= SM90_SMEM_PER_BLOCK
     for K, V in ((128, 224), (128, 240), (448, 128)):

@@ -9,23 +9,10 @@ dXe and dA through its db = (pairVJP(dA) + dXe*Gamma) * k, all at ~1e-12. Pure N
 import numpy as np
 import pytest
 import torch
+from k2_problem import k2_problem
 
 from kernels.gdn import chunked
 from kernels.gdn.native import k2_model
-
-
-def _problem(T=128, K=128, V=64, seed=0):
-    gen = torch.Generator().manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    u = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    B, H = 1, 2
-    q, v = r(B, T, H, K), r(B, T, H, V)
-    k = torch.nn.functional.normalize(r(B, T, H, K), dim=-1)
-    g = torch.nn.functional.logsigmoid(r(B, T, H, K) + 2.0) * 0.25
-    b, w = 2.0 * u(B, T, H, K), u(B, T, H, V)
-    S0, do, dS = r(B, H, K, V), r(B, T, H, V), r(B, H, K, V)
-    _, _, ctx = chunked.chunk_fwd(q, k, v, g, b, w, chunk=64, initial_state=S0)
-    return ctx, do, dS
 
 
 def _rel(x, ref):
@@ -42,7 +29,7 @@ def _model_outputs(ctx, do, dS, operand_round=None):
 
 @pytest.mark.parametrize("V", [64, 128])
 def test_k2_model_equals_chunk_bwd(V):
-    ctx, do, dS = _problem(V=V)
+    ctx, do, dS = k2_problem(V=V)
     dXe, du, dA = (torch.from_numpy(x) for x in _model_outputs(ctx, do, dS))
     dq, dk, dv, dg, db, dw, dS0 = chunked.chunk_bwd(do, ctx, dS)
     T, C = ctx["T"], ctx["C"]
@@ -60,7 +47,7 @@ def test_k2_model_equals_chunk_bwd(V):
 
 def test_k2_model_products_match_chunk_bwd_formulas():
     """Each output against chunk_bwd's own expressions (dXe = T^T dW, du = T^T dd, dA = -(T^T dT T^T)*strict)."""
-    ctx, do, dS = _problem(V=128, seed=3)
+    ctx, do, dS = k2_problem(V=128, seed=3)
     do_c = chunked._to_chunks(do, ctx["C"], torch.float64)
     _, dd, _ = chunked.reverse_state_scan(do_c, ctx, dS)
     Tm, HsT = ctx["Tm"], ctx["Hs"].transpose(-1, -2)
@@ -75,7 +62,7 @@ def test_k2_model_products_match_chunk_bwd_formulas():
 
 def test_bf16_operand_rounding_estimate():
     """With the kernel's bf16 operands/intermediates (fp64 accumulation) the error is bf16-sized, not larger."""
-    ctx, do, dS = _problem(V=64, seed=5)
+    ctx, do, dS = k2_problem(V=64, seed=5)
     exact = _model_outputs(ctx, do, dS)
     rounded = _model_outputs(ctx, do, dS, operand_round="bf16")
     for a, b in zip(rounded, exact, strict=True):
