@@ -126,7 +126,9 @@ def rung_stage(device, K, V, C, T, dtype, seed):
             "errors": errs, "worst_rel_err": max(errs.values()), "worst_tensor": max(errs, key=errs.get)}
 
 
-def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2):
+def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", repeats=1):
+    """``repeats`` > 1 re-runs the same forward and backward and records whether every output and gradient
+    came back bit for bit the same (the determinism the native kernels promise)."""
     from kernels.gdn import reference as R
     from kernels.gdn.autograd import chunk_family
 
@@ -137,21 +139,34 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2):
     ref_leaves = {n: low[n].double().requires_grad_() for n in names}
     ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
     ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
-    leaves = {n: low[n].clone().requires_grad_() for n in names}
+    def run_once():
+        leaves = {n: low[n].clone().requires_grad_() for n in names}
+        o, _ = chunk_family(member=member, backend=backend, chunk=C, **leaves)
+        got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
+        if o.is_cuda:
+            torch.cuda.synchronize()
+        return o.detach(), got
+
     t0 = time.time()
-    o, _ = chunk_family(member=member, backend="triton", chunk=C, **leaves)
-    got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
-    if o.is_cuda:
-        torch.cuda.synchronize()
+    o, got = run_once()
     elapsed = time.time() - t0
     errs = {"o": rel_err(o, ref)}
     for n, a, r in zip(names, got, ref_grads, strict=True):
         errs["d" + n] = rel_err(a, r)
     worst = max(errs.values())
-    return {"rung": "e2e", "member": member, "dtype": str(dtype).replace("torch.", ""), "K": K, "V": V, "chunk": C,
-            "T": T, "H": H, "errors": errs, "worst_rel_err": worst, "worst_tensor": max(errs, key=errs.get),
-            "pin": PIN_E2E, "pass": bool(worst <= PIN_E2E and all(map(lambda e: e == e, errs.values()))),
-            "seconds_incl_compile": round(elapsed, 3)}
+    row = {"rung": "e2e", "member": member, "backend": backend, "dtype": str(dtype).replace("torch.", ""), "K": K,
+           "V": V, "chunk": C, "T": T, "H": H, "errors": errs, "worst_rel_err": worst,
+           "worst_tensor": max(errs, key=errs.get), "pin": PIN_E2E,
+           "pass": bool(worst <= PIN_E2E and all(map(lambda e: e == e, errs.values()))),
+           "seconds_incl_compile": round(elapsed, 3)}
+    if repeats > 1:
+        same = True
+        for _ in range(repeats - 1):
+            o2, got2 = run_once()
+            same &= torch.equal(o2, o) and all(torch.equal(a, b) for a, b in zip(got2, got, strict=True))
+        row["bitwise_repeat"] = {"runs": repeats, "identical": bool(same)}
+        row["pass"] = row["pass"] and bool(same)
+    return row
 
 
 def rung_fla(device, K, V, T, dtype, seed, budget_s, sink=None):
@@ -241,7 +256,14 @@ def main(argv=None):
                     help="'only': run just the fla rung into ladder_fla.json (fla autotuning can take minutes)")
     ap.add_argument("--fla-budget-s", type=float, default=240.0)
     ap.add_argument("--members", default="la,gla,ssd,kda,gdn", help="members of the end-to-end rung")
+    ap.add_argument("--backend", choices=("triton", "native"), default="triton",
+                    help="backend of the end-to-end rung; 'native' (the CuTe DSL K1/K2 backward, CUDA only) runs "
+                         "that rung alone, with a bitwise repeat check, into ladder_native.json (the tile and "
+                         "stage rungs pin Triton intermediates)")
+    ap.add_argument("--repeats", type=int, default=None, help="runs per end-to-end arm compared bit for bit "
+                    "(default 1 for triton, 3 for native)")
     args = ap.parse_args(argv)
+    repeats = args.repeats or (3 if args.backend == "native" else 1)
 
     if args.cpu_smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -250,6 +272,8 @@ def main(argv=None):
     else:
         if not torch.cuda.is_available():
             raise SystemExit("the full ladder needs a CUDA GPU; use --cpu-smoke on the CPU")
+    if args.backend == "native" and args.cpu_smoke:
+        raise SystemExit("the native backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
         device, K, dvs, C, dtypes = "cuda", 128, (64, 128), 64, (torch.bfloat16, torch.float16)
         lengths = tuple(int(t) for t in args.lengths.split(","))
         member_T = 1024
@@ -271,7 +295,8 @@ def main(argv=None):
         print(json.dumps(rows, indent=1, sort_keys=True))
         return rows
     rows = []
-    name = "ladder_smoke.json" if args.cpu_smoke else "ladder.json"
+    name = "ladder_smoke.json" if args.cpu_smoke else ("ladder_native.json" if args.backend == "native"
+                                                      else "ladder.json")
 
     def flush(complete=False):
         """Summarise and write what has run so far, so a wall-clock cut still leaves a valid partial ladder."""
@@ -280,11 +305,13 @@ def main(argv=None):
         stage = [r for r in rows if r["rung"] == "stage" and ok(r)]
         summary = {
             "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
+            "backend": args.backend,
             "complete": complete,
             "dot_precision": {"fwd": "tf32x3", "bwd_scan": "tf32x3", "bwd_intra": "tf32"} if not args.cpu_smoke
             else "interpreter (numpy float32)",
             "error_rows": sum(1 for r in rows if not ok(r)),
-            "tile_all_pass": all(r["pass"] for r in rows if r["rung"] == "tile"),
+            "tile_all_pass": (all(r["pass"] for r in rows if r["rung"] == "tile")
+                              if any(r["rung"] == "tile" for r in rows) else None),
             "stage_worst": max((r["worst_rel_err"] for r in stage), default=None),
             "e2e_worst": max((r["worst_rel_err"] for r in e2e), default=None),
             "e2e_worst_arm": max(e2e, key=lambda r: r["worst_rel_err"]) if e2e else None,
@@ -292,16 +319,19 @@ def main(argv=None):
             "e2e_arms": sum(1 for r in rows if r["rung"] == "e2e"),
             "e2e_worst_per_member": {m: max((r["worst_rel_err"] for r in e2e if r["member"] == m), default=None)
                                      for m in members},
+            "bitwise_repeat_all_identical": (all(r["bitwise_repeat"]["identical"] for r in e2e)
+                                             if repeats > 1 and e2e else None),
             "seconds": round(time.time() - t_start, 1),
         }
-        _write(out, name, {"summary": summary, "rows": rows}, experiment="gdn_ladder",
+        _write(out, name, {"summary": summary, "rows": rows},
+               experiment="gdn_ladder" if args.backend == "triton" else "gdn_ladder_native",
                pins={"e2e": PIN_E2E, "tile": PIN_TILE})
         return summary
 
-    for V in dvs:
+    for V in dvs if args.backend == "triton" else ():
         rows.append(_guarded(lambda V=V: rung_tile(device, K, V, C, 2 * C, args.seed, args.cpu_smoke), "tile", V=V))
         print("tile", V, rows[-1]["worst_rel_err"], rows[-1]["pass"], flush=True)
-    for dtype in dtypes:
+    for dtype in dtypes if args.backend == "triton" else ():
         for V in dvs:
             rows.append(_guarded(lambda V=V, dtype=dtype: rung_stage(device, K, V, C, lengths[0], dtype, args.seed),
                                  "stage", V=V, dtype=str(dtype)))
@@ -314,7 +344,8 @@ def main(argv=None):
             for member, T in arms:
                 rows.append(_guarded(
                     lambda member=member, T=T, V=V, dtype=dtype: rung_e2e(device, member, K, V, C, T, dtype,
-                                                                          args.seed),
+                                                                          args.seed, backend=args.backend,
+                                                                          repeats=repeats),
                     "e2e", member=member, V=V, T=T, dtype=str(dtype).replace("torch.", "")))
                 print("e2e", member, dtype, V, T, rows[-1].get("worst_tensor"), rows[-1]["worst_rel_err"],
                       flush=True)

@@ -25,6 +25,22 @@ def test_ladder_cpu_smoke(tmp_path):
     assert (tmp_path / "ladder_smoke.provenance.json").exists()
 
 
+def test_ladder_e2e_repeat_records_bitwise_identity():
+    # the repeat check the native ladder relies on, exercised on the CPU torch path (deterministic on one thread)
+    import torch
+
+    row = _load("ladder").rung_e2e("cpu", "gdn", 16, 16, 16, 32, torch.float32, 7, backend="torch", repeats=2)
+    assert row["backend"] == "torch" and row["bitwise_repeat"] == {"runs": 2, "identical": True}
+    assert row["pass"] and row["worst_rel_err"] < 1e-5
+
+
+def test_ladder_native_needs_the_gpu(tmp_path):
+    import pytest
+
+    with pytest.raises(SystemExit, match="needs the GPU|needs a CUDA GPU"):
+        _load("ladder").main(["--cpu-smoke", "--backend", "native", "--out", str(tmp_path)])
+
+
 def test_train_family_cpu_smoke(tmp_path):
     summary, results = _load("train_family").main(
         ["--cpu-smoke", "--out", str(tmp_path), "--members", "kda", "--steps", "3"])

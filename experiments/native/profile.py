@@ -1,0 +1,240 @@
+"""Where the backward's time goes: a kernel-level profile of fla, our Triton backward and the native backend.
+
+The benchmark (experiments/gdn/fla_compare.py) says *how much* slower a backward is; this script says *why*, from
+the device's own kernel trace (torch.profiler, CUPTI): for each implementation and cell it records the backward's
+wall time (CUDA events, no profiler attached), the number of kernels it launches, the summed kernel time, the
+time the GPU sits idle between kernels (host-bound launch gaps), and the time per kernel family (cuBLAS matmuls,
+CuTe DSL kernels, Triton kernels, torch elementwise / reduction / copy kernels), plus the heaviest kernels by name.
+
+Correctness comes first: each implementation's gradients are compared with ours (the Triton backward, itself
+pinned against float64 by the ladder) before anything is profiled; an implementation off by more than
+``--check-rel`` is recorded and not profiled.
+
+Run on the device machine from the repository root (fla wheel unpacked on PYTHONPATH, the CuTe DSL too for
+native; see docs/native.md):
+
+    FLA_DISABLE_BACKEND_DISPATCH=1 LETHE_GIT_SHA=<sha> python3 experiments/native/profile.py --out $OUT/profile
+
+Output: ``profile.json`` (one row per implementation and cell) and ``provenance.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+# Kernel families, matched on the demangled kernel name in this order (first match wins). cuBLAS on Hopper names
+# its kernels after CUTLASS too, so matmuls are matched before the CuTe DSL kernels.
+FAMILIES = (
+    ("matmul (cuBLAS)", re.compile(r"gemm|xmma|nvjet|cublas|tensorop|s1688|s16816|splitKreduce", re.I)),
+    ("CuTe DSL (native K1/K2)", re.compile(r"cutlass|cute", re.I)),
+    ("torch reduction / scan", re.compile(r"reduce|cumsum|scan|norm_kernel|softmax", re.I)),
+    ("torch copy / index / fill", re.compile(r"copy|cat_|CatArray|index|gather|scatter|fill|flip|tril|triu|"
+                                              r"where|masked|arange|memcpy|memset", re.I)),
+    ("torch elementwise", re.compile(r"elementwise|at::native::|pointwise", re.I)),
+)
+
+
+def family(name: str) -> str:
+    for label, rx in FAMILIES:
+        if rx.search(name):
+            return label
+    # Triton kernels carry the Python function's name and no C++ namespace
+    return "other" if ("::" in name or name.startswith("void ")) else "Triton"
+
+
+def kernel_summary(events) -> dict:
+    """Summed and union device time of the kernel events of one backward, their count, the idle time inside the
+    span from the first kernel's start to the last one's end, and time per family and per kernel name."""
+    ks = sorted(((e.time_range.start, e.time_range.end, e.name) for e in events), key=lambda t: t[0])
+    if not ks:
+        return {"kernels": 0}
+    busy, cur_s, cur_e = 0.0, ks[0][0], ks[0][1]
+    for s, e, _ in ks[1:]:
+        if s > cur_e:
+            busy += cur_e - cur_s
+            cur_s, cur_e = s, e
+        else:
+            cur_e = max(cur_e, e)
+    busy += cur_e - cur_s
+    span = max(e for _, e, _ in ks) - ks[0][0]
+    fam: dict[str, list] = {}
+    names: dict[str, list] = {}
+    for s, e, n in ks:
+        f = fam.setdefault(family(n), [0, 0.0])
+        f[0] += 1
+        f[1] += e - s
+        k = names.setdefault(n, [0, 0.0])
+        k[0] += 1
+        k[1] += e - s
+    us = 1e-3
+    top = sorted(names.items(), key=lambda kv: -kv[1][1])[:20]
+    return {"kernels": len(ks), "kernel_sum_ms": round(sum(e - s for s, e, _ in ks) * us, 4),
+            "busy_ms": round(busy * us, 4), "span_ms": round(span * us, 4), "idle_in_span_ms": round((span - busy) * us, 4),
+            "families": {k: {"kernels": v[0], "ms": round(v[1] * us, 4)} for k, v in
+                         sorted(fam.items(), key=lambda kv: -kv[1][1])},
+            "top_kernels": [{"name": n[:160], "family": family(n), "calls": c, "ms": round(t * us, 4)}
+                            for n, (c, t) in top]}
+
+
+def _load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None) -> dict:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    fn, guarded = {"fla": (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
+                   "ours": (fc.ours_fn(member, "triton", 64), False),
+                   "native": (fc.ours_fn(member, "native", 64), False)}[impl]
+    leaves, do = fc.bench_inputs(member, B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    scale = K ** -0.5
+    row = {"impl": impl, "member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "dtype": "bfloat16",
+           "head_tokens": B * H * T, "fla_640_bypass": bool(guarded)}
+
+    def fwd():
+        with fc._bypass(guarded):
+            return fn(leaves, scale)
+
+    def bwd(o):
+        with fc._bypass(guarded):
+            return torch.autograd.grad(o, list(leaves.values()), do)
+
+    t0 = time.perf_counter()
+    grads = bwd(fwd())  # first call: compiles / autotunes
+    torch.cuda.synchronize()
+    row["first_call_s"] = round(time.perf_counter() - t0, 2)
+    grads = [g.float() for g in grads]
+    if ref_grads is not None:
+        errs = {n: float((g - r).abs().max() / r.abs().max().clamp_min(1e-30))
+                for n, g, r in zip(leaves, grads, ref_grads, strict=True)}
+        row["check_vs_ours_rel"] = {n: float(f"{e:.3g}") for n, e in errs.items()}
+        if not all(e <= args.check_rel for e in errs.values()):
+            row["status"] = "check_failed"
+            return row, grads
+    for _ in range(args.warmup):
+        bwd(fwd())
+    torch.cuda.synchronize()
+    walls = []
+    for _ in range(args.reps):
+        o = fwd()
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        bwd(o)
+        e1.record()
+        torch.cuda.synchronize()
+        walls.append(e0.elapsed_time(e1))
+    row["bwd_wall_ms"] = round(statistics.median(walls), 4)
+    row["bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
+    prof_rows = []
+    for _ in range(args.profile_reps):
+        o = fwd()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            bwd(o)
+            torch.cuda.synchronize()
+        host_ms = (time.perf_counter() - t0) * 1e3
+        kev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        s = kernel_summary(kev)
+        s["host_wall_ms_with_profiler"] = round(host_ms, 3)
+        prof_rows.append(s)
+    # the repetition whose summed kernel time is the median one represents the cell
+    prof_rows.sort(key=lambda s: s.get("kernel_sum_ms", 0))
+    row["profile"] = prof_rows[len(prof_rows) // 2]
+    row["profile_reps"] = len(prof_rows)
+    row["status"] = "ok"
+    return row, grads
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cells", default="gdn:128:4096:8,gdn:128:4096:128",
+                    help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
+    ap.add_argument("--impls", default="ours,fla,native")
+    ap.add_argument("--native-max-head-tokens", type=int, default=65536,
+                    help="native's torch forward materialises [B,H,N,C,C,K] float32 tensors: larger cells skip it")
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--profile-reps", type=int, default=3)
+    ap.add_argument("--check-rel", type=float, default=0.05)
+    ap.add_argument("--budget-s", type=float, default=400)
+    args = ap.parse_args(argv)
+    os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("profile.py needs a CUDA GPU")
+    fc = _load("experiments/gdn/fla_compare.py", "fla_compare_for_profile")
+    impls = [i for i in args.impls.split(",") if i]
+    if "fla" in impls:
+        policy = fc.FlaAutotunePolicy(bench_ms=(5.0, 20.0), workers=min(16, os.cpu_count() or 1))
+        policy.install()  # before fla builds its autotuners: bounded first-call tuning, as in the benchmark
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows, start = [], time.time()
+
+    def save():
+        doc = {"schema": "lethe.native.profile/1", "device": torch.cuda.get_device_name(), "rows": rows,
+               "families": [f for f, _ in FAMILIES] + ["Triton", "other"],
+               "seconds": round(time.time() - start, 1)}
+        (out / "profile.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    from lethe import provenance
+
+    provenance.write(out / "provenance.json", command=" ".join(["python3", "experiments/native/profile.py"]
+                                                               + (argv or sys.argv[1:])),
+                     experiment="native-profile")
+    for cell in args.cells.split(","):
+        member, V, T, B = cell.split(":")
+        V, T, B = int(V), int(T), int(B)
+        ref = None
+        for impl in ["ours"] + [i for i in impls if i != "ours"]:
+            base = {"impl": impl, "member": member, "B": B, "H": 2, "T": T, "K": 128, "V": V}
+            if impl not in impls and impl != "ours":
+                continue
+            if time.time() - start > args.budget_s:
+                rows.append({**base, "status": "skipped", "reason": "time budget"})
+                continue
+            if impl == "native" and B * 2 * T > args.native_max_head_tokens:
+                rows.append({**base, "status": "skipped",
+                             "reason": f"native above {args.native_max_head_tokens} head-tokens (memory)"})
+                continue
+            try:
+                row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
+            except Exception as exc:  # recorded, the next implementation still runs
+                row, grads = {**base, "status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}, None
+            if impl == "ours":
+                ref = grads
+                if impl not in impls:
+                    continue
+            rows.append(row)
+            p = row.get("profile", {})
+            print(f"[{time.time() - start:6.1f}s] {cell} {impl}: {row.get('status')} wall {row.get('bwd_wall_ms')} ms, "
+                  f"{p.get('kernels')} kernels, kernel sum {p.get('kernel_sum_ms')} ms, idle {p.get('idle_in_span_ms')} ms",
+                  flush=True)
+            save()
+            torch.cuda.empty_cache()
+    save()
+    return {"rows": rows}
+
+
+if __name__ == "__main__":
+    main()

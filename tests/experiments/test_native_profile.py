@@ -1,0 +1,47 @@
+"""The kernel-trace summary of experiments/native/profile.py on synthetic events (the script itself needs a GPU)."""
+
+import importlib.util
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def prof():
+    spec = importlib.util.spec_from_file_location("native_profile", ROOT / "experiments/native/profile.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def ev(name, start_us, end_us):
+    return SimpleNamespace(name=name, time_range=SimpleNamespace(start=start_us, end=end_us))
+
+
+def test_families(prof):
+    assert prof.family("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32") == "matmul (cuBLAS)"
+    assert prof.family("nvjet_tst_64x8_64x16_4x1_v_bz_TNT") == "matmul (cuBLAS)"
+    assert prof.family("kernel_cutlass_kernel_ReverseStateScan_0") == "CuTe DSL (native K1/K2)"
+    assert prof.family("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>") == "torch reduction / scan"
+    assert prof.family("void at::native::elementwise_kernel<128, 2, copy_kernel>") == "torch copy / index / fill"
+    assert prof.family("void at::native::vectorized_elementwise_kernel<4, MulFunctor>") == "torch elementwise"
+    assert prof.family("intra_bwd_kernel") == "Triton"
+    assert prof.family("chunk_gdn2_bwd_kernel_dqkwg") == "Triton"
+    assert prof.family("void some::other_kernel<int>") == "other"
+
+
+def test_kernel_summary_sums_union_and_idle(prof):
+    # two overlapping kernels (0-10, 5-12), a gap of 8 us, then one more (20-30)
+    s = prof.kernel_summary([ev("a_kernel", 0, 10), ev("void at::native::vectorized_elementwise_kernel", 5, 12),
+                             ev("a_kernel", 20, 30)])
+    assert s["kernels"] == 3
+    assert s["kernel_sum_ms"] == pytest.approx(0.027)
+    assert s["busy_ms"] == pytest.approx(0.022)
+    assert s["span_ms"] == pytest.approx(0.030)
+    assert s["idle_in_span_ms"] == pytest.approx(0.008)
+    assert s["families"]["Triton"] == {"kernels": 2, "ms": pytest.approx(0.020)}
+    assert s["top_kernels"][0] == {"name": "a_kernel", "family": "Triton", "calls": 2, "ms": pytest.approx(0.020)}
+    assert prof.kernel_summary([]) == {"kernels": 0}
