@@ -262,6 +262,7 @@ def main(argv=None):
                          "stage rungs pin Triton intermediates)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per end-to-end arm compared bit for bit "
                     "(default 1 for triton, 3 for native)")
+    ap.add_argument("--dtypes", default="bfloat16,float16", help="input dtypes of the stage and end-to-end rungs (GPU)")
     args = ap.parse_args(argv)
     repeats = args.repeats or (3 if args.backend == "native" else 1)
 
@@ -272,11 +273,12 @@ def main(argv=None):
     else:
         if not torch.cuda.is_available():
             raise SystemExit("the full ladder needs a CUDA GPU; use --cpu-smoke on the CPU")
-    if args.backend == "native" and args.cpu_smoke:
-        raise SystemExit("the native backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
-        device, K, dvs, C, dtypes = "cuda", 128, (64, 128), 64, (torch.bfloat16, torch.float16)
+        device, K, dvs, C = "cuda", 128, (64, 128), 64
+        dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(",") if d)
         lengths = tuple(int(t) for t in args.lengths.split(","))
         member_T = 1024
+    if args.backend == "native" and args.cpu_smoke:
+        raise SystemExit("the native backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
     from kernels.gdn.reference import MEMBERS
 
     members = [m for m in args.members.split(",") if m]

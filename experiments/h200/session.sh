@@ -60,7 +60,7 @@ for spec in ${steps//,/ }; do
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --quick --only-verifier --task 'verify fla640/gdn/K128/bfloat16' --ignore-estimates \
               --verify-timeout-s $((t-30)) --out $OUT/r/fla640ctl --budget-s $((t-20)) > $OUT/r/fla640ctl.log 2>&1 ;;
-    ladder_native) timeout $((t-10)) python3 experiments/gdn/ladder.py --backend native --out $OUT/r/ladder_native \
+    ladder_native) timeout $((t-10)) python3 experiments/gdn/ladder.py --backend native --out $OUT/r/ladder_native ${LADDER_ARGS:-} \
               > $OUT/r/ladder_native.log 2>&1 ;;
     profile) { [ -d /tmp/site/fla ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl; } \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=/tmp/lethe-flacmp-triton-cache timeout $((t-10)) \

@@ -91,20 +91,27 @@ def kernel_summary(events) -> dict:
 def _load(path: str, name: str):
     spec = importlib.util.spec_from_file_location(name, ROOT / path)
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod  # its dataclasses look their module up while the class is built
     spec.loader.exec_module(mod)
     return mod
 
 
-def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None) -> dict:
+def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,
+                 device: str = "cuda") -> dict:
+    """One implementation on one cell: check against ``ref_grads`` (ours), time the backward, profile it.
+    ``device="cpu"`` (tests only) runs the same code on the torch path with host timers and host op events."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    fn, guarded = {"fla": (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
-                   "ours": (fc.ours_fn(member, "triton", 64), False),
-                   "native": (fc.ours_fn(member, "native", 64), False)}[impl]
-    leaves, do = fc.bench_inputs(member, B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    cuda = device == "cuda"
+    fn, guarded = {"fla": lambda: (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
+                   "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64), False),
+                   "native": lambda: (fc.ours_fn(member, "native", 64), False)}[impl]()
+    dt = torch.bfloat16 if cuda else torch.float32
+    leaves, do = fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed, device)
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     scale = K ** -0.5
-    row = {"impl": impl, "member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "dtype": "bfloat16",
+    row = {"impl": impl, "member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "dtype": str(dt)[6:],
            "head_tokens": B * H * T, "fla_640_bypass": bool(guarded)}
 
     def fwd():
@@ -117,7 +124,7 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
 
     t0 = time.perf_counter()
     grads = bwd(fwd())  # first call: compiles / autotunes
-    torch.cuda.synchronize()
+    sync()
     row["first_call_s"] = round(time.perf_counter() - t0, 2)
     grads = [g.float() for g in grads]
     if ref_grads is not None:
@@ -129,28 +136,35 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
             return row, grads
     for _ in range(args.warmup):
         bwd(fwd())
-    torch.cuda.synchronize()
+    sync()
     walls = []
     for _ in range(args.reps):
         o = fwd()
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        bwd(o)
-        e1.record()
-        torch.cuda.synchronize()
-        walls.append(e0.elapsed_time(e1))
+        sync()
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            bwd(o)
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(e0.elapsed_time(e1))
+        else:
+            t0 = time.perf_counter()
+            bwd(o)
+            walls.append((time.perf_counter() - t0) * 1e3)
     row["bwd_wall_ms"] = round(statistics.median(walls), 4)
     row["bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
     prof_rows = []
     for _ in range(args.profile_reps):
         o = fwd()
-        torch.cuda.synchronize()
+        sync()
         t0 = time.perf_counter()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
             bwd(o)
-            torch.cuda.synchronize()
+            sync()
         host_ms = (time.perf_counter() - t0) * 1e3
-        kev = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        want = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+        kev = [e for e in prof.events() if e.device_type == want and (cuda or e.cpu_parent is None)]
         s = kernel_summary(kev)
         s["host_wall_ms_with_profiler"] = round(host_ms, 3)
         prof_rows.append(s)

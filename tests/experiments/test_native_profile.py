@@ -45,3 +45,16 @@ def test_kernel_summary_sums_union_and_idle(prof):
     assert s["families"]["Triton"] == {"kernels": 2, "ms": pytest.approx(0.020)}
     assert s["top_kernels"][0] == {"name": "a_kernel", "family": "Triton", "calls": 2, "ms": pytest.approx(0.020)}
     assert prof.kernel_summary([]) == {"kernels": 0}
+
+
+def test_profile_cell_runs_on_the_cpu_torch_path(prof):
+    # the GPU script's control flow (check, timing, profile, summary) on the CPU torch path, tiny sizes
+    from types import SimpleNamespace as NS
+
+    fc = prof._load("experiments/gdn/fla_compare.py", "fla_compare_for_profile_test")
+    args = NS(seed=1, warmup=1, reps=2, profile_reps=2, check_rel=0.05)
+    row, grads = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, device="cpu")
+    assert row["status"] == "ok" and row["bwd_wall_ms"] > 0 and row["profile_reps"] == 2
+    assert row["profile"]["kernels"] > 0 and row["profile"]["top_kernels"]
+    again, _ = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, ref_grads=grads, device="cpu")
+    assert again["status"] == "ok" and max(again["check_vs_ours_rel"].values()) == 0.0

@@ -49,3 +49,31 @@ def test_train_family_cpu_smoke(tmp_path):
     # same seed, same batches, float32 on both paths: the curves agree to float32 rounding
     assert row["max_step_curve_dev_rel"] < 1e-4
     assert (tmp_path / "train_family_smoke.json").exists()
+
+
+def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch):
+    # the GPU branch of main() with the GPU faked and the rung stubbed: native runs the end-to-end rung alone,
+    # with repeats, into ladder_native.json
+    import torch
+
+    mod = _load("ladder")
+    from lethe import provenance
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_info", lambda: {"gpu": "faked for the test"})
+    seen = []
+
+    def fake_e2e(device, member, K, V, C, T, dtype, seed, backend="triton", repeats=1):
+        seen.append((member, backend, repeats))
+        return {"rung": "e2e", "member": member, "backend": backend, "V": V, "T": T, "dtype": str(dtype),
+                "errors": {"o": 1e-3}, "worst_rel_err": 1e-3, "worst_tensor": "o", "pass": True,
+                "bitwise_repeat": {"runs": repeats, "identical": True}}
+
+    monkeypatch.setattr(mod, "rung_e2e", fake_e2e)
+    summary = mod.main(["--backend", "native", "--out", str(tmp_path), "--members", "gdn,la", "--lengths", "256"])
+    # default dtypes: bf16 and fp16
+    data = json.loads((tmp_path / "ladder_native.json").read_text())
+    assert {r["rung"] for r in data["rows"]} == {"e2e", "fla"}
+    assert summary["backend"] == "native" and summary["tile_all_pass"] is None
+    assert summary["bitwise_repeat_all_identical"] is True and summary["e2e_arms"] == 2 * 2 * 2
+    assert set(seen) == {("gdn", "native", 3), ("la", "native", 3)}
