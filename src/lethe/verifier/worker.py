@@ -23,6 +23,10 @@ import numpy as np
 import torch
 
 from lethe.verifier.reference import flatten, load_source, overlaps, to_np
+try:  # OVH
+    from ovhtrace import mark as _ovh, acc as _ovacc, flush as _ovflush  # OVH
+except ImportError:  # OVH
+    _ovh = _ovacc = _ovflush = lambda *a, **k: None  # OVH
 
 TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
        "int64": torch.int64, "int32": torch.int32, "bool": torch.bool, "int8": torch.int8, "uint8": torch.uint8,
@@ -118,6 +122,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     except BaseException as exc:  # noqa: BLE001
         return {"stage": "load", "compile_seconds": compile_s, **_err(exc)}, {}
     state0 = copy.deepcopy(model.state_dict())
+    _ovh('W loaded')  # OVH
 
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     results: dict[str, dict] = {}
@@ -140,14 +145,19 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
                 states[dt] = copy.deepcopy(model.state_dict())
                 current = dt
             model.load_state_dict(states[dt])
+            _ovacc('state', tp)  # OVH
             results[pid] = _run_one(model, pm, arrays, device, out, weights_copied)
+            _q = time.perf_counter()  # OVH
             _sync(device)
+            _ovacc('sync', _q)  # OVH
         except BaseException as exc:  # noqa: BLE001 - one probe's failure is graded by its gate
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             results[pid] = _err(exc)
         probe_seconds[pid] = round(time.perf_counter() - tp, 4)
 
+    _ovh('W probes done')  # OVH
+    _ovflush('W')  # OVH
     resources = _resources(ns) if device == "cuda" else []
     declared = ns.get("LETHE_DTYPES", getattr(ns["ModelNew"], "LETHE_DTYPES", None))
     return {
@@ -165,37 +175,47 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
 
 def _run_one(model, pm: dict, arrays: dict, device: str, out: dict, weights_copied: bool) -> dict:
     pid, action = pm["id"], pm["action"]
+    _q = time.perf_counter()  # OVH
     xs = _load_inputs(pm["inputs"], arrays, device)
+    _q = _ovacc('load_inputs', _q)  # OVH
     before = [x.clone() if isinstance(x, torch.Tensor) else None for x in xs]
+    _q = _ovacc('clone_before', _q)  # OVH
     res: dict[str, Any] = {}
     if action in ("forward", "repeat"):
         calls = 5 if action == "repeat" else 1
         all_outs = []
         with torch.no_grad():
             for i in range(calls):
+                _q = time.perf_counter()  # OVH
                 outs = flatten(model(*xs))
                 _sync(device)
+                _q = _ovacc('call', _q)  # OVH
                 all_outs.append(outs)
                 for k, o in enumerate(outs):
                     out[f"c/{pid}/o{k}" if i == 0 else f"c/{pid}/r{i}/o{k}"] = to_np(o)
+                _q = _ovacc('to_np_out', _q)  # OVH
         res.update(_tensor_facts(all_outs[0], xs, model))
+        _q = _ovacc('facts', _q)  # OVH
         res["n_out"] = len(all_outs[0])
         if calls > 1:
             res["same_storage_across_calls"] = any(
                 overlaps(a, b) for later in all_outs[1:] for a, b in zip(all_outs[0], later, strict=False))
     elif action == "overwrite":
         alt = _load_inputs(pm["inputs"], arrays, device, prefix_swap=(f"p/{pid}/in", f"p/{pid}/alt"))
+        _q = _ovacc('load_alt', _q)  # OVH
         with torch.no_grad():
             first = flatten(model(*xs))
             snap = [o.detach().clone() for o in first]
             second = flatten(model(*alt))
             _sync(device)
+        _q = _ovacc('call_overwrite', _q)  # OVH
         res["overwritten_by_later_call"] = any(
             not _bytes_equal(a, b) for a, b in zip(first, snap, strict=False))
         res["same_storage_across_calls"] = any(overlaps(a, b) for a in first for b in second)
         res.update(_tensor_facts(first, xs, model))
         res["n_out"] = len(first)
     elif action == "backward":
+        _q = time.perf_counter()  # OVH
         for x in xs:
             if isinstance(x, torch.Tensor) and x.is_floating_point():
                 x.requires_grad_(True)
@@ -225,8 +245,11 @@ def _run_one(model, pm: dict, arrays: dict, device: str, out: dict, weights_copi
                     res["grad_params"].append(name)
         res["n_out"] = len(outs)
         before = [b.detach() if b is not None else None for b in before]
+        _ovacc('backward_all', _q)  # OVH
+    _q = time.perf_counter()  # OVH
     res["mutated_inputs"] = [j for j, (a, b) in enumerate(zip(xs, before, strict=True))
                              if b is not None and not _bytes_equal(a.detach(), b)]
+    _ovacc('mutated_check', _q)  # OVH
     return res
 
 
