@@ -4,7 +4,7 @@
 #   LETHE_GIT_SHA=<sha> bash experiments/h200/session.sh "pc,sakana,fla" <seconds-total>
 # flacmp (experiments/gdn/fla_compare.py, fla vs our GDN kernels) takes extra arguments from $FLACMP_ARGS.
 # fla640ctl: the K=128 control pair of the #640 verifier run; ladder_native: the ladder's end-to-end rung on the
-# native backend; profile: experiments/native/profile.py (extra arguments from $PROFILE_ARGS). The last two need
+# native backend; profile: experiments/native/kernel_profile.py (extra arguments from $PROFILE_ARGS). The last two need
 # the CuTe DSL on PYTHONPATH for their native rows.
 # A step may carry its own cap in seconds, "step:cap" (e.g. "sakana_bg,fla640q:150,native:100,sakana,flacmp").
 # sakana_bg starts the sakana compile phase in the background (CPU only: nvcc on 16 workers) so that GPU steps
@@ -64,7 +64,7 @@ for spec in ${steps//,/ }; do
               > $OUT/r/ladder_native.log 2>&1 ;;
     profile) { [ -d /tmp/site/fla ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl; } \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=/tmp/lethe-flacmp-triton-cache timeout $((t-10)) \
-              python3 experiments/native/profile.py --out $OUT/r/profile --budget-s $((t-60)) ${PROFILE_ARGS:-} > $OUT/r/profile.log 2>&1 ;;
+              python3 experiments/native/kernel_profile.py --out $OUT/r/profile --budget-s $((t-60)) ${PROFILE_ARGS:-} > $OUT/r/profile.log 2>&1 ;;
     fla) python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --out $OUT/r/fla640 --budget-s $((t-40)) > $OUT/r/fla640.log 2>&1 ;;

@@ -1,4 +1,4 @@
-"""The kernel-trace summary of experiments/native/profile.py on synthetic events (the script itself needs a GPU)."""
+"""The kernel-trace summary of experiments/native/kernel_profile.py on synthetic events (the script itself needs a GPU)."""
 
 import importlib.util
 from pathlib import Path
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def prof():
-    spec = importlib.util.spec_from_file_location("native_profile", ROOT / "experiments/native/profile.py")
+    spec = importlib.util.spec_from_file_location("native_profile", ROOT / "experiments/native/kernel_profile.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -13,7 +13,7 @@ pinned against float64 by the ladder) before anything is profiled; an implementa
 Run on the device machine from the repository root (fla wheel unpacked on PYTHONPATH, the CuTe DSL too for
 native; see docs/native.md):
 
-    FLA_DISABLE_BACKEND_DISPATCH=1 LETHE_GIT_SHA=<sha> python3 experiments/native/profile.py --out $OUT/profile
+    FLA_DISABLE_BACKEND_DISPATCH=1 LETHE_GIT_SHA=<sha> python3 experiments/native/kernel_profile.py --out $OUT/profile
 
 Output: ``profile.json`` (one row per implementation and cell) and ``provenance.json``.
 """
@@ -31,6 +31,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# (named kernel_profile, not profile: run as a script its folder comes first on sys.path, and a module called
+# "profile" there would shadow the standard library's, which cProfile and Triton import)
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
@@ -217,7 +219,7 @@ def main(argv=None) -> dict:
 
     from lethe import provenance
 
-    provenance.write(out / "provenance.json", command=" ".join(["python3", "experiments/native/profile.py"]
+    provenance.write(out / "provenance.json", command=" ".join(["python3", "experiments/native/kernel_profile.py"]
                                                                + (argv or sys.argv[1:])),
                      experiment="native-profile")
     for cell in args.cells.split(","):
