@@ -108,21 +108,23 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     cuda = device == "cuda"
     fn, guarded = {"fla": lambda: (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
                    "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64), False),
-                   "native": lambda: (fc.ours_fn(member, "native", 64), False)}[impl]()
+                   "native": lambda: (fc.ours_fn(member, "native", 64), False),
+                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64), False)}[impl]()
     dt = torch.bfloat16 if cuda else torch.float32
-    leaves, do = fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed, device)
+    sets = [fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed + i, device) for i in range(args.sets)]
+    leaves, do = sets[0]
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     scale = K ** -0.5
     row = {"impl": impl, "member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "dtype": str(dt)[6:],
            "head_tokens": B * H * T, "fla_640_bypass": bool(guarded)}
 
-    def fwd():
+    def fwd(i=0):
         with fc._bypass(guarded):
-            return fn(leaves, scale)
+            return fn(sets[i][0], scale)
 
-    def bwd(o):
+    def bwd(o, i=0):
         with fc._bypass(guarded):
-            return torch.autograd.grad(o, list(leaves.values()), do)
+            return torch.autograd.grad(o, list(sets[i][0].values()), sets[i][1])
 
     t0 = time.perf_counter()
     grads = bwd(fwd())  # first call: compiles / autotunes
@@ -140,20 +142,23 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
         bwd(fwd())
     sync()
     walls = []
-    for _ in range(args.reps):
-        o = fwd()
+    for rep in range(args.reps * len(sets)):  # rotating over the input sets
+        i = rep % len(sets)
+        o = fwd(i)
         sync()
         if cuda:
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
-            bwd(o)
+            bwd(o, i)
             e1.record()
             torch.cuda.synchronize()
             walls.append(e0.elapsed_time(e1))
         else:
             t0 = time.perf_counter()
-            bwd(o)
+            bwd(o, i)
             walls.append((time.perf_counter() - t0) * 1e3)
+    row["timed_iterations"] = len(walls)
+    row["input_sets"] = len(sets)
     row["bwd_wall_ms"] = round(statistics.median(walls), 4)
     row["bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
     prof_rows = []
@@ -187,12 +192,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cells", default="gdn:128:4096:8,gdn:128:4096:128",
                     help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
-    ap.add_argument("--impls", default="ours,fla,native")
+    ap.add_argument("--impls", default="ours,fla,native", help="from ours, fla, native, hybrid")
     ap.add_argument("--native-max-head-tokens", type=int, default=65536,
                     help="native's torch forward materialises [B,H,N,C,C,K] float32 tensors: larger cells skip it")
     ap.add_argument("--seed", type=int, default=20260829)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--reps", type=int, default=10, help="timed backward passes per input set")
+    ap.add_argument("--sets", type=int, default=2, help="input sets (seeds seed, seed+1, ...) rotated while timing")
     ap.add_argument("--profile-reps", type=int, default=3)
     ap.add_argument("--check-rel", type=float, default=0.05)
     ap.add_argument("--budget-s", type=float, default=400)

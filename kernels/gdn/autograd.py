@@ -9,6 +9,8 @@ chunked forward and the explicit chunked backward of the chosen backend:
   when ``TRITON_INTERPRET=1``);
 * ``"native"`` -- a native backward registered by another module under ``kernels.gdn.NATIVE_BACKENDS``;
   refused with an explicit error when none is registered;
+* ``"hybrid"`` -- the Triton forward and intra-chunk backward with the native reverse state scan (K1), also
+  from ``NATIVE_BACKENDS`` (:class:`kernels.gdn.native.backend.HybridGDN`);
 * ``"auto"``   -- triton on CUDA tensors, torch otherwise.
 
 Members that never erase (LA, GLA, SSD) pass ``b=None`` down, so the triangular solve is skipped (T = I).
@@ -23,7 +25,7 @@ import torch
 from . import chunked
 from .reference import MEMBERS, gates_for_member
 
-BACKENDS = ("auto", "torch", "triton", "native")
+BACKENDS = ("auto", "torch", "triton", "native", "hybrid")
 NATIVE_BACKENDS: dict[str, object] = {}
 
 
@@ -55,13 +57,17 @@ class ChunkGDNFunction(torch.autograd.Function):
             from .triton_fwd import triton_chunk_fwd
 
             o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
-        elif backend == "native":
-            if not NATIVE_BACKENDS:
+        elif backend in ("native", "hybrid"):
+            key = "default" if backend == "native" else "hybrid"
+            if key not in NATIVE_BACKENDS:
                 _register_native()
-            if not NATIVE_BACKENDS:
-                raise NotImplementedError("no native GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
-            impl = NATIVE_BACKENDS["default"]
-            o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
+            if key not in NATIVE_BACKENDS:
+                raise NotImplementedError(f"no {backend} GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
+            impl = NATIVE_BACKENDS[key]
+            if backend == "hybrid":
+                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
+            else:
+                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
         else:  # pragma: no cover - resolved before
             raise ValueError(backend)
         ctx.saved = saved
@@ -80,7 +86,7 @@ class ChunkGDNFunction(torch.autograd.Function):
 
             grads = triton_chunk_bwd(do, saved, dS)
         else:
-            grads = NATIVE_BACKENDS["default"].backward(do, saved, dS)
+            grads = NATIVE_BACKENDS["default" if ctx.backend == "native" else "hybrid"].backward(do, saved, dS)
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
         return dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None), None, None, None, None

@@ -146,8 +146,12 @@ def intra_bwd_kernel(q_ptr, k_ptr, gam_ptr, e_ptr, u_ptr, T_ptr, H_ptr, D_ptr, D
     tl.store(DG_ptr + offk, dgam)
 
 
-def triton_chunk_bwd(do, ctx, dS_final=None):
-    """Backward on the Triton kernels from the ctx of :func:`triton_chunk_fwd`; same return as ``chunk_bwd``."""
+def triton_chunk_bwd(do, ctx, dS_final=None, scan=None):
+    """Backward on the Triton kernels from the ctx of :func:`triton_chunk_fwd`; same return as ``chunk_bwd``.
+
+    ``scan`` replaces the reverse state scan (``state_bwd_kernel``): ``scan(doi, ctx, dS_final)`` returns
+    (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,T_pad,V]``, dS0 ``[B,H,K,V]``) in float32, e.g. the native K1
+    (:func:`kernels.gdn.native.api.scan_for_triton_ctx`)."""
     qi, ki, gam = ctx["qi"], ctx["ki"], ctx["gam"]
     B, H, TP, K = qi.shape
     V = ctx["ui"].shape[-1]
@@ -158,14 +162,17 @@ def triton_chunk_bwd(do, ctx, dS_final=None):
     prec_intra = INTRA_PRECISION.get(prec, prec)
     has_erase = ctx["Tm"] is not None
     doi = to_internal(do, C)
-    dSn = torch.empty_like(ctx["Hs"])
-    dd = torch.empty_like(doi)
-    dS0 = torch.empty(B, H, K, V, device=qi.device, dtype=torch.float32)
-    dSF = dS_final.float().contiguous() if dS_final is not None else dS0
-    W = ctx["Wi"] if has_erase else ki
-    state_bwd_kernel[(B * H, V // BV)](qi, ki, gam, W, doi, dSF, dSn, dd, dS0, s, NT=NT, K=K, V=V, C=C,
-                                       BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec,
-                                       **launch("state_bwd_kernel"))
+    if scan is not None:
+        dSn, dd, dS0 = scan(doi, ctx, None if dS_final is None else dS_final.float().contiguous())
+    else:
+        dSn = torch.empty_like(ctx["Hs"])
+        dd = torch.empty_like(doi)
+        dS0 = torch.empty(B, H, K, V, device=qi.device, dtype=torch.float32)
+        dSF = dS_final.float().contiguous() if dS_final is not None else dS0
+        W = ctx["Wi"] if has_erase else ki
+        state_bwd_kernel[(B * H, V // BV)](qi, ki, gam, W, doi, dSF, dSn, dd, dS0, s, NT=NT, K=K, V=V, C=C,
+                                           BV=BV, HAS_ERASE=has_erase, HAS_DSF=dS_final is not None, PREC=prec,
+                                           **launch("state_bwd_kernel"))
     dq, dk, dgam = torch.empty_like(qi), torch.empty_like(qi), torch.empty_like(qi)
     de = torch.empty_like(qi) if has_erase else None
     du = torch.empty_like(doi)

@@ -52,9 +52,10 @@ def test_profile_cell_runs_on_the_cpu_torch_path(prof):
     from types import SimpleNamespace as NS
 
     fc = prof._load("experiments/gdn/fla_compare.py", "fla_compare_for_profile_test")
-    args = NS(seed=1, warmup=1, reps=2, profile_reps=2, check_rel=0.05)
+    args = NS(seed=1, warmup=1, reps=2, sets=2, profile_reps=2, check_rel=0.05)
     row, grads = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, device="cpu")
     assert row["status"] == "ok" and row["bwd_wall_ms"] > 0 and row["profile_reps"] == 2
+    assert row["timed_iterations"] == 4 and row["input_sets"] == 2
     assert row["profile"]["kernels"] > 0 and row["profile"]["top_kernels"]
     again, _ = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, ref_grads=grads, device="cpu")
     assert again["status"] == "ok" and max(again["check_vs_ours_rel"].values()) == 0.0

@@ -8,6 +8,9 @@ in float32 for every low-precision input; float64 inputs stay on the torch path)
 ``native_wy_vjp(dd, ctx)`` is a drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` (K2): d delta
 ``[B,H,N,C,V]`` and the ctx in, (dXe ``[B,H,N,C,K]``, du ``[B,H,N,C,V]``, dA ``[B,H,N,C,C]``) out, float32 only,
 through the sm_90a kernel :mod:`.k2_hopper`.
+
+``scan_for_triton_ctx(doi, ctx, dS_final)`` is K1 for the *hybrid* backend: the Triton forward and intra-chunk
+backward with the native reverse state scan in place of Triton's ``state_bwd_kernel``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,49 @@ def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
                              None if Wm is None else flat(Wm, N, C, K), flat(GC, N, K), flat(do_c, N, C, V),
                              None if dS_final is None else flat(dS_final.float(), K, V), **tile)
     return dSN.view(B, H, N, K, V), dd.view(B, H, N, C, V), dS0.view(B, H, K, V)
+
+
+def scan_operands_from_triton_ctx(ctx):
+    """K1's operands (P, Kend, Qg, GC, Wm, each ``[B,H,N,...]`` float32; Wm None without erase) rebuilt from the
+    Triton forward's ctx, in the factored form the Triton scan kernel uses on chip: Qg = scale q Gamma,
+    P = tril(Qg (k / Gamma)^T), Kend = k Gamma_C / Gamma, GC = Gamma_C. The Triton forward keeps only q, k, the
+    chunk-local log-decay gam and W, so the hybrid backend pays these few elementwise kernels and one batched
+    matmul to hand the native K1 what the torch path would have kept."""
+    qi, ki, gam = ctx["qi"], ctx["ki"], ctx["gam"]
+    B, H, TP, K = qi.shape
+    C = ctx["C"]
+    N = TP // C
+
+    def chunks(x):
+        return x.reshape(B, H, N, C, K)
+
+    gamc = chunks(gam)
+    gam_end = gamc[..., -1:, :]
+    Qg = chunks(qi) * ctx["scale"] * torch.exp(gamc)
+    kc = chunks(ki)
+    P = torch.tril(Qg @ (kc * torch.exp(-gamc)).transpose(-1, -2))
+    Kend = kc * torch.exp(gam_end - gamc)
+    GC = torch.exp(gam_end[..., 0, :]).contiguous()
+    Wm = chunks(ctx["Wi"]) if ctx.get("Wi") is not None else None
+    return P, Kend, Qg, GC, Wm
+
+
+def scan_for_triton_ctx(doi, ctx, dS_final=None, *, native=True):
+    """The reverse state scan (K1) for :func:`kernels.gdn.triton_bwd.triton_chunk_bwd`'s ``scan=`` hook:
+    ``doi`` ``[B,H,T_pad,V]`` float32 and the Triton ctx in; (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,T_pad,V]``,
+    dS0 ``[B,H,K,V]``) out. ``native=False`` runs the torch scan on the same rebuilt operands (CPU tests)."""
+    from .. import chunked
+
+    P, Kend, Qg, GC, Wm = scan_operands_from_triton_ctx(ctx)
+    B, H, N, C, K = Qg.shape
+    V = doi.shape[-1]
+    do_c = doi.reshape(B, H, N, C, V)
+    ops = {"P": P, "Kend": Kend, "Qg": Qg, "GC": GC, "Wm": Wm}
+    if native:
+        dSn, dd, dS0 = native_reverse_state_scan(do_c, ops, dS_final)
+    else:
+        dSn, dd, dS0 = chunked.reverse_state_scan(do_c, ops, dS_final)
+    return dSn.contiguous(), dd.reshape(B, H, N * C, V).contiguous(), dS0.contiguous()
 
 
 # Largest element count of one tensor in one K2 launch: the kernel's index arithmetic is 32-bit.
