@@ -116,9 +116,13 @@ def test_native_backward_k1_k2_matches_torch(V):
 
 @pytest.mark.parametrize("V,erase", [(128, True), (64, False)])
 def test_hybrid_backward_matches_triton_and_is_bitwise_repeatable(V, erase):
-    """HybridGDN (Triton forward and intra backward, native K1): every gradient within 1e-5 of the all-Triton
-    backward on the same forward ctx (float32 inputs, T not a chunk multiple, initial state, final-state
-    gradient), all finite, and bitwise identical over 3 runs."""
+    """HybridGDN (Triton forward and intra backward, native K1) on float32 inputs (T not a chunk multiple,
+    initial state, final-state gradient): every gradient finite, no further from the float64 chunked backward
+    than 2x the all-Triton backward (+1e-6), and bitwise identical over 3 runs.
+
+    Not a 1e-5 pin against the Triton backward: its intra-chunk kernel runs TF32 dots (triton_bwd.INTRA_PRECISION),
+    so a K1 output that differs from Triton's in the last float32 bits can flip a TF32 rounding downstream (the
+    first version of this test saw dk differ by 1.49e-5 on the H200, 2026-11-29)."""
     from kernels.gdn.native.backend import HYBRID
     from kernels.gdn.triton_bwd import triton_chunk_bwd
     from kernels.gdn.triton_fwd import triton_chunk_fwd
@@ -133,12 +137,15 @@ def test_hybrid_backward_matches_triton_and_is_bitwise_repeatable(V, erase):
     S0, do, dS = r(B, H, K, V), r(B, T, H, V), r(B, H, K, V)
     _, _, ctx = triton_chunk_fwd(q, k, v, gate, b, w, None, C, S0)
     ref = triton_chunk_bwd(do, ctx, dS)
+    d = lambda x: None if x is None else x.double()  # noqa: E731
+    _, _, ctx64 = chunked.chunk_fwd(*(d(x) for x in (q, k, v, gate, b, w)), None, C, S0.double())
+    ref64 = chunked.chunk_bwd(do.double(), ctx64, dS.double())
     runs = [HYBRID.backward(do, ctx, dS) for _ in range(3)]
-    for name, a, rr in zip("q k v g b w S0".split(), runs[0], ref, strict=True):
+    for name, a, rr, r64 in zip("q k v g b w S0".split(), runs[0], ref, ref64, strict=True):
         if rr is None:
             assert a is None, name
             continue
         assert torch.isfinite(a).all(), name
-        assert _rel(a, rr) < 1e-5, name
+        assert _rel(a, r64) <= 2 * _rel(rr, r64) + 1e-6, name
     for again in runs[1:]:
         assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(runs[0], again, strict=True))
