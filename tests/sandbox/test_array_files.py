@@ -73,3 +73,49 @@ def test_rejects_bad_magic_and_header_length():
         A.parse(bytearray(b"PK\x03\x04" + b"\0" * 60))
     with pytest.raises(ValueError, match="header length"):
         A.parse(bytearray(A.MAGIC + (1 << 40).to_bytes(8, "little")))
+
+
+def test_hashing_thread_and_inline_hashing_agree(tmp_path, monkeypatch):
+    big = {"x": np.arange(5 * A._SLICE // 8 + 3, dtype=np.float64), "s": np.arange(40.0).reshape(8, 5)[:, ::2]}
+    digest = A.write(tmp_path / "a", big)
+    assert digest == hashlib.sha256((tmp_path / "a").read_bytes()).hexdigest()
+    buf, got = A.read_raw(tmp_path / "a")
+    assert got == digest and bytes(buf) == (tmp_path / "a").read_bytes()
+
+    def no_threads(self):
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(A.threading.Thread, "start", no_threads)
+    assert A.write(tmp_path / "b", big) == digest
+    assert A.read_raw(tmp_path / "b")[1] == digest
+
+
+def test_a_file_cut_short_reads_as_none(tmp_path, monkeypatch):
+    """A file that ends before the size it had when opened (truncated meanwhile) gives no buffer to parse."""
+    A.write(tmp_path / "a", _sample())
+    real = A.os.fstat
+
+    class Grown:
+        def __init__(self, st):
+            self.st_size = st.st_size + 4096
+
+    monkeypatch.setattr(A.os, "fstat", lambda fd: Grown(real(fd)))
+    assert A.read_raw(tmp_path / "a") == (None, "")
+    with pytest.raises(ValueError, match="shorter"):
+        A.read(tmp_path / "a")
+
+
+def test_mapped_file_gives_writable_private_views(tmp_path):
+    src = _sample()
+    A.write(tmp_path / "a", src, digest=False)
+    back = A.map_file(tmp_path / "a")
+    assert list(back) == list(src)
+    for k, v in src.items():
+        assert back[k].dtype == v.dtype and back[k].shape == v.shape and np.array_equal(back[k], v)
+        assert back[k].flags.writeable
+    before = (tmp_path / "a").read_bytes()
+    back["f32"][:] = 7.0
+    assert (tmp_path / "a").read_bytes() == before  # copy-on-write: the file is untouched
+    (tmp_path / "e").write_bytes(b"")
+    with pytest.raises(ValueError):
+        A.map_file(tmp_path / "e")

@@ -29,10 +29,6 @@ from typing import Any
 import numpy as np
 
 from lethe.sandbox import arrays as arrays_io
-try:  # OVH
-    from ovhtrace import mark as _ovh, acc as _ovacc, flush as _ovflush  # OVH
-except ImportError:  # OVH
-    _ovh = _ovacc = _ovflush = lambda *a, **k: None  # OVH
 
 try:
     import psutil
@@ -412,11 +408,9 @@ def _attempt(mode, workdir, *args) -> SandboxResult:
     try:
         return _run(mode, root, io_dir, work, *args)
     finally:
-        _ovh('P rmtree start')  # OVH
         shutil.rmtree(root, ignore_errors=True)
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
-        _ovh('P rmtree end')  # OVH
 
 
 def _spawn_child(child_env, work, w_fd, hold_r):
@@ -477,7 +471,6 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
 def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
          startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb):
     t_start = time.monotonic()
-    _ovh('P run start')  # OVH
     inputs_path = None
     if arrays:
         for k, v in arrays.items():
@@ -485,7 +478,6 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
                 raise TypeError(f"input array {k!r} must be a numpy array of non-object dtype")
         inputs_path = io_dir / "inputs.arrays"
         arrays_io.write(inputs_path, arrays, digest=False)
-        _ovh('P inputs written')  # OVH
     nonce = secrets.token_hex(16)
     nproc_limit = None
     if os.geteuid() != 0 and psutil is not None:
@@ -499,7 +491,6 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
             except Exception:  # noqa: BLE001
                 pass
         nproc_limit = count + nproc
-    _ovh('P nproc counted')  # OVH
     cfg = {
         "nonce": nonce,
         "target": target,
@@ -533,7 +524,6 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
     finally:
         os.close(w_fd)
         os.close(hold_r)
-    _ovh('P forked')  # OVH
     if proc is None:
         os.close(r_fd)
         os.close(hold_w)
@@ -596,7 +586,6 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
             chan.event.wait(_POLL_S)
             chan.event.clear()
 
-        _ovh('P loop exit')  # OVH
         if chan.done is not None and reason is None:
             # The child reported and now waits on the hold pipe: clean up its descendants while it still holds
             # them, then let it leave on its own (exit code 0) before the final sweep.
@@ -607,12 +596,10 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
                 proc.wait(timeout=5.0)
             except subprocess.TimeoutExpired:
                 pass
-        _ovh('P descendants killed+waited')  # OVH
         if hold_w is not None:
             os.close(hold_w)
             hold_w = None
         _kill_everything(proc, seen)
-        _ovh('P kill_everything')  # OVH
     except BaseException:
         # Interrupted (Ctrl-C, a bug here): never leave an untrusted process tree running behind us.
         _kill_everything(proc, seen)
@@ -640,7 +627,6 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
         os.close(r_fd)
     except OSError:
         pass
-    _ovh('P joined')  # OVH
     # Measured here, not taken from the child's report: the candidate could lie about its own time.
     seconds = (chan.done_at or time.monotonic()) - (chan.ready_at or t_start)
     startup = (chan.ready_at - t_start) if chan.ready_at else time.monotonic() - t_start
@@ -667,10 +653,7 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
         res.status, res.detail = reason, reason_detail
         return res
     if done is not None:
-        _ovh('P from_done start')  # OVH
-        _r = _from_done(res, done, io_dir / "outputs.arrays")
-        _ovh('P from_done end')  # OVH
-        return _r
+        return _from_done(res, done, io_dir / "outputs.arrays")
     if chan.overflow:
         res.status, res.detail = "bad_result", f"result channel exceeded {_MAX_CHANNEL_BYTES} bytes"
         return res
@@ -720,18 +703,15 @@ def _from_done(res: SandboxResult, done: dict, npz_path: Path) -> SandboxResult:
     out_arrays: dict[str, np.ndarray] = {}
     sha = done.get("arrays_sha256")
     if sha is not None:
-        import hashlib
-
         try:
-            data = bytearray(npz_path.read_bytes())
-            _ovh('P outputs read')  # OVH
+            # One read into one buffer, hashed as it arrives (arrays_io.read_raw).
+            data, got = arrays_io.read_raw(npz_path)
         except OSError as exc:
             res.status, res.detail = "bad_result", f"output arrays missing: {exc}"
             return res
-        if not secrets.compare_digest(hashlib.sha256(data).hexdigest(), str(sha)):
+        if data is None or not secrets.compare_digest(got, str(sha)):
             res.status, res.detail = "bad_result", "output arrays file does not match the reported SHA-256"
             return res
-        _ovh('P outputs hashed')  # OVH
         try:
             # Views into one writable buffer: no per-array copy (lethe.sandbox.arrays validates the header).
             out_arrays = arrays_io.parse(data)
