@@ -6,6 +6,9 @@
 import os as _gdn_os
 
 _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
+_GDN_LADDER_NATIVE = _gdn_os.path.exists(
+    _gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_native.json")
+)
 _GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
@@ -17,6 +20,7 @@ _GDN_FLABENCH = _gdn_os.path.exists(
 
 RENDER_TARGETS.extend(
     ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
+    + ([f"paper/tables/gdn_ladder_native.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_NATIVE else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
     + (
@@ -41,6 +45,23 @@ rule gdn_ladder_table:
         table="ladder",
     log:
         "logs/gdn/ladder_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_ladder_native_table:
+    conda:
+        CONDA_ENV
+    input:
+        ladder="results/gdn/ladder_native.json",
+        fla=[],
+    output:
+        md="paper/tables/gdn_ladder_native.md",
+        tex="paper/tables/gdn_ladder_native.tex",
+    params:
+        table="ladder",
+    log:
+        "logs/gdn/ladder_native_table.log",
     script:
         "../scripts/gdn_render.py"
 

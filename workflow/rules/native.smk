@@ -4,6 +4,14 @@ if os.path.exists(os.path.join(workflow.basedir, "results/native/bench.json")):
     RENDER_TARGETS.extend(["paper/tables/native_bench.md", "paper/tables/native_bench.tex"])
 if os.path.exists(os.path.join(workflow.basedir, "results/native/aot.json")):
     RENDER_TARGETS.extend(["paper/tables/native_blackwell_aot.md", "paper/tables/native_blackwell_aot.tex"])
+# Kernel profiles of the backward (experiments/native/kernel_profile.py), one folder per device call, in call order.
+NATIVE_PROFILES = sorted(
+    os.path.join("results/native/profile", d, "profile.json")
+    for d in (os.listdir(os.path.join(workflow.basedir, "results/native/profile"))
+              if os.path.isdir(os.path.join(workflow.basedir, "results/native/profile")) else [])
+    if os.path.exists(os.path.join(workflow.basedir, "results/native/profile", d, "profile.json")))
+if NATIVE_PROFILES:
+    RENDER_TARGETS.extend(["paper/tables/native_profile.md", "paper/tables/native_profile.tex"])
 
 
 rule native_bench_table:
@@ -36,3 +44,17 @@ rule native_blackwell_aot_table:
         "logs/native/aot_table.log",
     script:
         "../scripts/native_render.py"
+
+
+rule native_profile_table:
+    conda:
+        CONDA_ENV
+    input:
+        profiles=NATIVE_PROFILES,
+    output:
+        md="paper/tables/native_profile.md",
+        tex="paper/tables/native_profile.tex",
+    log:
+        "logs/native/profile_table.log",
+    script:
+        "../scripts/native_profile_render.py"

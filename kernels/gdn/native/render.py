@@ -118,3 +118,55 @@ def aot_table(result: dict) -> tuple[str, str]:
     cap = ("Native kernels compiled ahead of time on a CPU (nvidia-cutlass-dsl 4.8.1, fake tensors). "
            "sm_100a rows: compiled, not executed (no B200).")
     return _both(header, rows, cap)
+
+
+# Kernel families of experiments/native/kernel_profile.py, in column order; short headers for the table.
+PROFILE_FAMILIES = [("Triton", "Triton ms"), ("CuTe DSL (native K1/K2)", "CuTe DSL ms"),
+                    ("matmul (cuBLAS)", "cuBLAS ms"), ("torch copy / index / fill", "torch copy ms"),
+                    ("torch elementwise", "torch elementwise ms"), ("torch reduction / scan", "torch reduction ms"),
+                    ("other", "other ms")]
+PROFILE_HEADER = (["call", "impl", "member", "d_v", "T", "B*H", "bwd ms", "kernels", "kernel sum ms", "idle ms"]
+                  + [h for _, h in PROFILE_FAMILIES] + ["heaviest kernel (ms)"])
+
+
+def _short_kernel(name: str) -> str:
+    """A readable name for a kernel: Triton names as they are, CuTe DSL kernels by their class, templated C++
+    kernels by their function name."""
+    for cls in ("K1ReverseScan", "WYTriInvVJPHopper"):
+        if cls in name:
+            return f"CuTe {cls}"
+    base = name.split("<", 1)[0].replace("void ", "").strip()
+    return base.rsplit("::", 1)[-1] if "::" in base else base
+
+
+def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
+    """One line per profiled (call, implementation, cell) of ``kernel_profile.py`` results: the backward's
+    CUDA-event median, the kernel trace summed by family, the heaviest kernel. ``calls`` holds
+    (call name, profile.json, provenance.json) in call order; rows that did not run are listed in the caption."""
+    rows, missing, shas = [], [], []
+    for name, doc, prov in calls:
+        shas.append(f"{name} {str(prov.get('git_sha', '?'))[:7]}")
+        for r in doc.get("rows", []):
+            cell = f"{r['member']} d_v={r['V']} T={r['T']} B={r['B']}"
+            if r.get("status") != "ok":
+                missing.append(f"{name} {r['impl']} at {cell}: {r.get('status')} ({str(r.get('reason', ''))[:90]})")
+                continue
+            p = r["profile"]
+            fam = p.get("families", {})
+            top = (p.get("top_kernels") or [{}])[0]
+            rows.append([name, r["impl"], r["member"], str(r["V"]), str(r["T"]), str(r["B"] * r["H"]),
+                         f"{r['bwd_wall_ms']:.3f}", str(p["kernels"]), f"{p['kernel_sum_ms']:.3f}",
+                         f"{p['idle_in_span_ms']:.3f}"]
+                        + [f"{fam[f]['ms']:.3f}" if f in fam else "-" for f, _ in PROFILE_FAMILIES]
+                        + [f"{_short_kernel(top.get('name', '-'))} ({top.get('ms', float('nan')):.3f})"])
+    dev = next((d.get("device") for _, d, _ in calls if d.get("device")), "?")
+    cap = ("Where the GDN backward's time goes on {dev}: bf16 inputs, d_k=128, H=2; bwd ms is the median of "
+           "CUDA-event timings of torch.autograd.grad after the forward (no profiler attached; two input sets "
+           "rotated where the row says so in profile.json); the other columns come from one profiled backward "
+           "(the repetition with the median summed kernel time): kernel launches, summed kernel time, GPU idle "
+           "time between the first and the last kernel, and time per kernel family. Each implementation's "
+           "gradients were checked against ours before it was profiled (profile.json, check_vs_ours_rel). "
+           "Commits: {shas}.").format(dev=dev, shas=", ".join(shas))
+    if missing:
+        cap += " Not profiled: " + "; ".join(missing) + "."
+    return _both(PROFILE_HEADER, rows, cap)
