@@ -1,9 +1,10 @@
-"""Ahead-of-time compile of the Blackwell K2 kernel (:mod:`.k2_blackwell`) on the CPU -- compiled, not executed.
+"""Ahead-of-time compile of the Blackwell kernels K2 (:mod:`.k2_blackwell`) and K1 (:mod:`.k1_blackwell_scan`) on
+the CPU -- compiled, not executed.
 
 Same route and same inspection as :mod:`.aot` (whose PTX / cubin helpers it reuses): the DSL's architecture is
 fixed before import, so the compile runs in a fresh process with ``CUTE_DSL_ARCH=sm_100a`` and fake tensors,
 keeping the PTX and cubin. ``python -m kernels.gdn.native.k2_aot --cfg '{"L": 2, "V": 128}' --json out.json``;
-``python -m kernels.gdn.native.k2_aot --results results/native`` writes the committed report
+``python -m kernels.gdn.native.k2_aot --results results/native [--kernel k1_scan]`` writes the committed report
 (``k2_blackwell_aot.json``, rows for d_v 64 and 128, same row schema as ``aot.json`` so
 :func:`kernels.gdn.native.render.aot_table` renders it) and its provenance (``k2_blackwell_aot_provenance.json``).
 """
@@ -23,8 +24,13 @@ from pathlib import Path
 from .aot import _ptx_target, cubin_report, ptx_counts, tmem_columns_from_ptx
 
 
+# Blackwell kernels this module compiles, by the ``kernel`` key of a cfg (default k2).
+KERNELS = {"k2": "kernels.gdn.native.k2_blackwell", "k1_scan": "kernels.gdn.native.k1_blackwell_scan"}
+
+
 def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict:
-    """Compile the K2 kernel for ``arch`` in a fresh process; the report dict (PTX counts, TMEM columns, cubin)."""
+    """Compile a Blackwell kernel (cfg["kernel"] in :data:`KERNELS`, default the K2 kernel) for ``arch`` in a
+    fresh process; the report dict (PTX counts, TMEM columns, cubin)."""
     dump = tempfile.mkdtemp(prefix="cute_k2_aot_")
     env = dict(os.environ, CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=dump,
                OMP_NUM_THREADS="1")
@@ -33,12 +39,12 @@ def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict
            "--inner"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        raise RuntimeError(f"AOT compile of k2_blackwell for {arch} failed:\n{proc.stderr[-6000:]}")
+        raise RuntimeError(f"AOT compile of {cfg.get('kernel', 'k2')} for {arch} failed:\n{proc.stderr[-6000:]}")
     rep = json.loads(Path(out_json).read_text())
     ptx_files = sorted(glob.glob(os.path.join(dump, "*.ptx")), key=os.path.getmtime)
     cubins = sorted(glob.glob(os.path.join(dump, "*.cubin")), key=os.path.getmtime)
     ptx = rep.pop("ptx") or (Path(ptx_files[-1]).read_text() if ptx_files else "")
-    rep.update(kernel="k2_blackwell", arch=arch, cfg=cfg, ptx_target=_ptx_target(ptx), ptx_counts=ptx_counts(ptx),
+    rep.update(kernel={"k2": "k2_blackwell", "k1_scan": "k1_blackwell_scan"}[cfg.get("kernel", "k2")], arch=arch, cfg=cfg, ptx_target=_ptx_target(ptx), ptx_counts=ptx_counts(ptx),
                tmem_alloc_columns=tmem_columns_from_ptx(ptx))
     rep["cubin"] = cubin_report(cubins[-1]) if cubins else {"error": "no cubin dumped"}
     for f in glob.glob(os.path.join(dump, "*")):
@@ -47,21 +53,32 @@ def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict
     return rep
 
 
-def write_results(out_dir: str) -> Path:
-    """Compile for d_v 64 and 128 and write the report + provenance (lethe.provenance) into ``out_dir``."""
+# What each committed report holds: its file stem, the configurations compiled, the provenance experiment name.
+REPORTS = {
+    "k2": ("k2_blackwell_aot", [dict(L=2, V=64), dict(L=2, V=128)], "native-k2-blackwell-aot"),
+    "k1_scan": ("k1_blackwell_scan_aot",
+                [dict(kernel="k1_scan", V=64), dict(kernel="k1_scan", V=128),
+                 dict(kernel="k1_scan", V=128, erase=False, dsf=False)], "native-k1-scan-blackwell-aot"),
+}
+
+
+def write_results(out_dir: str, kernel: str = "k2") -> Path:
+    """Compile the kernel's configurations (:data:`REPORTS`) and write the report + provenance
+    (lethe.provenance) into ``out_dir``."""
     from lethe import provenance
 
+    stem, cfgs, experiment = REPORTS[kernel]
     rows = []
-    for V in (64, 128):
-        r = compile_report(dict(L=2, V=V))
+    for cfg in cfgs:
+        r = compile_report(cfg)
         r["status"] = "compiled, not executed (no B200)"
         rows.append(r)
-    out = Path(out_dir) / "k2_blackwell_aot.json"
+    out = Path(out_dir) / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
-    provenance.write(out.parent / "k2_blackwell_aot_provenance.json",
-                     command="python -m kernels.gdn.native.k2_aot --results " + str(out_dir),
-                     experiment="native-k2-blackwell-aot")
+    provenance.write(out.parent / f"{stem}_provenance.json",
+                     command=f"python -m kernels.gdn.native.k2_aot --results {out_dir} --kernel {kernel}",
+                     experiment=experiment)
     return out
 
 
@@ -69,16 +86,18 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cfg", default='{"L": 2, "V": 128}')
     ap.add_argument("--json")
-    ap.add_argument("--results", help="write k2_blackwell_aot.json + provenance into this folder")
+    ap.add_argument("--results", help="write the --kernel's committed report (+ provenance) into this folder")
+    ap.add_argument("--kernel", choices=sorted(REPORTS), default="k2")
     ap.add_argument("--inner", action="store_true", help="compile here (CUTE_DSL_ARCH is already set)")
     a = ap.parse_args(argv)
     if a.results:
-        write_results(a.results)
+        write_results(a.results, a.kernel)
         return 0
     cfg = json.loads(a.cfg)
     if a.inner:
-        from .k2_blackwell import compile_fake
+        import importlib
 
+        compile_fake = importlib.import_module(KERNELS[cfg.get("kernel", "k2")]).compile_fake
         t0 = time.perf_counter()
         fn, extra = compile_fake(cfg)
         rep = {"compile_s": round(time.perf_counter() - t0, 2), "ptx": fn.artifacts.PTX, **extra}
