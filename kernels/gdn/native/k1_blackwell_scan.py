@@ -261,7 +261,7 @@ class ReverseScanBlackwell:
         dS_sl = [tmem_slice(mma_ss, K, "dS", h) for h in range(nsub)]
         dd_sl = [tmem_slice(mma_ds, C, "dd", h) for h in range(nsub)]
         dS_st = []
-        for a2, ld, src, regs, crd, _ in dS_sl:
+        for a2, ld, src, _regs, _crd, _ in dS_sl:
             st_copy = tcgen05.make_tmem_copy(
                 cute.make_copy_atom(tcgen05.St32x32bOp(ld.op.repeat), cutlass.Float32), a2)
             dst = st_copy.get_slice(tidx).partition_D(a2)

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from .aot import _ptx_target, cubin_report, ptx_counts, tmem_columns_from_ptx
 
-
 # Blackwell kernels this module compiles, by the ``kernel`` key of a cfg (default k2).
 KERNELS = {"k2": "kernels.gdn.native.k2_blackwell", "k1_scan": "kernels.gdn.native.k1_blackwell_scan"}
 
