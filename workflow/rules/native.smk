@@ -4,6 +4,11 @@ if os.path.exists(os.path.join(workflow.basedir, "results/native/bench.json")):
     RENDER_TARGETS.extend(["paper/tables/native_bench.md", "paper/tables/native_bench.tex"])
 if os.path.exists(os.path.join(workflow.basedir, "results/native/aot.json")):
     RENDER_TARGETS.extend(["paper/tables/native_blackwell_aot.md", "paper/tables/native_blackwell_aot.tex"])
+# Ahead-of-time reports of the native kernels (aot.json first: K1 Hopper and the Blackwell K1 product).
+NATIVE_AOT_REPORTS = [
+    f"results/native/{n}.json"
+    for n in ("aot", "k1_blackwell_scan_aot", "k2_blackwell_aot", "k2_hopper_aot")
+    if os.path.exists(os.path.join(workflow.basedir, "results/native", f"{n}.json"))]
 # Kernel profiles of the backward (experiments/native/kernel_profile.py), one folder per device call, in call order.
 NATIVE_PROFILES = sorted(
     os.path.join("results/native/profile", d, "profile.json")
@@ -34,7 +39,7 @@ rule native_blackwell_aot_table:
     conda:
         CONDA_ENV
     input:
-        result="results/native/aot.json",
+        results=NATIVE_AOT_REPORTS,
     output:
         md="paper/tables/native_blackwell_aot.md",
         tex="paper/tables/native_blackwell_aot.tex",

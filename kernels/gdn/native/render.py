@@ -105,18 +105,20 @@ def aot_table(result: dict) -> tuple[str, str]:
     header = ["kernel", "arch", "d_v", "MMA instr.", "TMEM cols", "alloc/dealloc/relinquish", "REG", "STACK",
               "spill ops", "status"]
     rows = []
-    for r in sorted(result.get("rows", []), key=lambda r: (r["kernel"], r["cfg"]["V"])):
+    for r in sorted(result.get("rows", []), key=lambda r: (r["kernel"], r["cfg"]["V"], not r["cfg"].get("erase", True))):
         pc, cub = r["ptx_counts"], r["cubin"]
         mma = ("tcgen05.mma x{}".format(pc["tcgen05_mma"]) if pc["tcgen05_mma"] else
                "wgmma x{}".format(pc["wgmma"]) if pc["wgmma"] else
                "mma.sync x{}".format(pc["mma_sync"]) if pc["mma_sync"] else "none (FFMA)")
         cols = ",".join(str(c) for c in r["tmem_alloc_columns"]) or "-"
-        rows.append([r["kernel"], r["arch"], str(r["cfg"]["V"]), mma, cols,
+        name = r["kernel"] + (" (no erase, no dS_final)" if r["cfg"].get("erase") is False else "")
+        rows.append([name, r["arch"], str(r["cfg"]["V"]), mma, cols,
                      "{}/{}/{}".format(pc["tcgen05_alloc"], pc["tcgen05_dealloc"], pc["tcgen05_relinquish"]),
                      str(cub.get("reg", "-")), str(cub.get("stack", "-")), str(cub.get("sass_spill_ops", "-")),
                      r["status"]])
     cap = ("Native kernels compiled ahead of time on a CPU (nvidia-cutlass-dsl 4.8.1, fake tensors). "
-           "sm_100a rows: compiled, not executed (no B200).")
+           "sm_100a rows: compiled, not executed (no B200). k1_blackwell is one product of K1 (sum of Qg^T dO), "
+           "k1_blackwell_scan the whole K1 (MMA count per chunk of its loop), k2_* the whole K2.")
     return _both(header, rows, cap)
 
 
