@@ -112,7 +112,22 @@ def _set_grad_evidence(row: dict, status: str, scale: float) -> None:
     g["reason"] = "" if status == "pass" else g["reason"]
 
 
+def _drop_committed_control(dst: Path) -> None:
+    """Remove the control pair the committed results hold, so that a test's synthetic control is the only one."""
+    for c in load(dst)["calls"]:
+        path = dst / c["call"] / "verdicts.parquet"
+        if path.exists():
+            rows = read_rows(path)
+            keep = [r for r in rows if r["id"] != CONTROL]
+            if len(keep) != len(rows):
+                if keep:
+                    write_rows(keep, path)
+                else:
+                    path.unlink()
+
+
 def _add_control(dst: Path, *, grad_status: str, grad_scale: float) -> None:
+    _drop_committed_control(dst)
     path = _verdicts_path(dst)
     rows = read_rows(path)
     exp = next(r for r in rows if r["id"] == EXPOSED)
