@@ -483,7 +483,9 @@ def render_fla_bench(summary: dict, provenance: dict, rows: list[dict], md_path,
         notes.append(
             "native: chunk_family(backend='native') on the same " + dtype + " input tensors; its torch chunked "
             f"forward and backward compute in {', '.join(comp) if comp else 'float32'} with the reverse state scan "
-            f"(K1) replaced by the CuTe DSL kernel (K1 as recorded in the timed rows: {', '.join(k1) or 'none timed'}); "
+            f"(K1) replaced by the CuTe DSL kernel (K1 as recorded in the timed rows: {', '.join(k1) or 'none timed'}) "
+            "and, since the backend gained it, the WY / triangular-inverse VJP (K2) too wherever its shape is "
+            "supported (chunk 64, d_k and d_v multiples of 16: every cell here; the run's caveats say which); "
             "gradients come back in " + dtype + "."
             + (f" Its forward materialises [B,H,N,C,C,K] float32 tensors, so it ran at {_pow2(native['head_tokens'])} "
                "head-tokens, where fla and ours were timed again: ratios compare equal work."
