@@ -83,6 +83,50 @@ def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
     return dSN.view(B, H, N, K, V), dd.view(B, H, N, C, V), dS0.view(B, H, K, V)
 
 
+def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
+    """Run the Hopper tensor-core K1 (:mod:`.k1_hopper_wgmma`, NOT yet executed on a GPU when written) on
+    flattened CUDA tensors, chunk l = bh * n_chunks + n: P ``[L,C,C]``, Kend/Qg/Wm ``[L,C,K]``, dO ``[L,C,V]``
+    (cast to bf16, the kernel's operand type), GC ``[L,K]`` and dS_final ``[BH,K,V]`` (float32; None: zero).
+    ``Wm`` None means no erase. Returns float32 (dSN ``[L,K,V]``, dd ``[L,C,V]``, dS0 ``[BH,K,V]``)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.torch import current_stream
+
+    from .k1_hopper_wgmma import ReverseScanHopperWgmma
+
+    L, C, K = Kend.shape
+    V = dO.shape[-1]
+    if L % n_chunks:
+        raise ValueError(f"{L} chunks are not a whole number of sequences of {n_chunks}")
+    BH = L // n_chunks
+    dev = dO.device
+    has_erase, has_dsf = Wm is not None, dSF is not None
+
+    def bf(x):
+        return x.to(torch.bfloat16).contiguous()
+
+    P16, Ke16, Qg16, DO16 = bf(P), bf(Kend), bf(Qg), bf(dO)
+    Wm16 = bf(Wm) if has_erase else Qg16  # never read without erase (a compile-time flag)
+    GCf = GC.float().contiguous()
+    dSFf = dSF.float().contiguous() if has_dsf else torch.zeros(BH, K, V, device=dev)
+    dSN = torch.empty(L, K, V, device=dev, dtype=torch.float32)
+    dd = torch.empty(L, C, V, device=dev, dtype=torch.float32)
+    dS0 = torch.empty(BH, K, V, device=dev, dtype=torch.float32)
+    # the kernel's operand views (see ReverseScanHopperWgmma.__call__): transposed uses are strided views
+    views = [P16.permute(2, 1, 0), Ke16.permute(1, 2, 0), DO16.permute(2, 1, 0), Qg16.permute(2, 1, 0),
+             Wm16.permute(2, 1, 0), GCf.permute(1, 0), dSFf.permute(1, 2, 0), dSN.permute(1, 2, 0),
+             dd.permute(1, 2, 0), dS0.permute(1, 2, 0)]
+    args = [from_dlpack(v, assumed_align=16) for v in views]
+    stream = current_stream()
+    key = ("k1_wgmma", L, n_chunks, C, K, V, has_erase, has_dsf, dev.index)
+    if key not in _CACHE:
+        kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=has_erase, has_dsf=has_dsf)
+        _CACHE[key] = cute.compile(kern, *args, cutlass.Int32(n_chunks), stream)
+    _CACHE[key](*args, cutlass.Int32(n_chunks), stream)
+    return dSN, dd, dS0
+
+
 def scan_operands_from_triton_ctx(ctx):
     """K1's operands (P, Kend, Qg, GC, Wm, each ``[B,H,N,...]`` float32; Wm None without erase) rebuilt from the
     Triton forward's ctx, in the factored form the Triton scan kernel uses on chip: Qg = scale q Gamma,

@@ -1,12 +1,13 @@
-"""Ahead-of-time compile of the Blackwell kernels K2 (:mod:`.k2_blackwell`) and K1 (:mod:`.k1_blackwell_scan`) on
-the CPU -- compiled, not executed.
+"""Ahead-of-time compile of the tensor-core K1/K2 kernels on the CPU: Blackwell K2 (:mod:`.k2_blackwell`) and K1
+(:mod:`.k1_blackwell_scan`) for sm_100a -- compiled, not executed (no B200) -- and the Hopper wgmma K1
+(:mod:`.k1_hopper_wgmma`) for sm_90a -- compiled, not yet executed.
 
 Same route and same inspection as :mod:`.aot` (whose PTX / cubin helpers it reuses): the DSL's architecture is
-fixed before import, so the compile runs in a fresh process with ``CUTE_DSL_ARCH=sm_100a`` and fake tensors,
-keeping the PTX and cubin. ``python -m kernels.gdn.native.k2_aot --cfg '{"L": 2, "V": 128}' --json out.json``;
-``python -m kernels.gdn.native.k2_aot --results results/native [--kernel k1_scan]`` writes the committed report
-(``k2_blackwell_aot.json``, rows for d_v 64 and 128, same row schema as ``aot.json`` so
-:func:`kernels.gdn.native.render.aot_table` renders it) and its provenance (``k2_blackwell_aot_provenance.json``).
+fixed before import, so the compile runs in a fresh process with ``CUTE_DSL_ARCH`` set and fake tensors, keeping
+the PTX and cubin. ``python -m kernels.gdn.native.k2_aot --cfg '{"L": 2, "V": 128}' --json out.json``;
+``python -m kernels.gdn.native.k2_aot --results results/native [--kernel k1_scan|k1_wgmma]`` writes that kernel's
+committed report (:data:`REPORTS`: e.g. ``k2_blackwell_aot.json``, rows in the schema of ``aot.json`` so
+:func:`kernels.gdn.native.render.aot_table` renders it) and its provenance (``<stem>_provenance.json``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 from .aot import _ptx_target, cubin_report, ptx_counts, tmem_columns_from_ptx
 
 # Blackwell kernels this module compiles, by the ``kernel`` key of a cfg (default k2).
-KERNELS = {"k2": "kernels.gdn.native.k2_blackwell", "k1_scan": "kernels.gdn.native.k1_blackwell_scan"}
+KERNELS = {"k2": "kernels.gdn.native.k2_blackwell", "k1_scan": "kernels.gdn.native.k1_blackwell_scan",
+           "k1_wgmma": "kernels.gdn.native.k1_hopper_wgmma"}
 
 
 def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict:
@@ -43,7 +45,7 @@ def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict
     ptx_files = sorted(glob.glob(os.path.join(dump, "*.ptx")), key=os.path.getmtime)
     cubins = sorted(glob.glob(os.path.join(dump, "*.cubin")), key=os.path.getmtime)
     ptx = rep.pop("ptx") or (Path(ptx_files[-1]).read_text() if ptx_files else "")
-    rep.update(kernel={"k2": "k2_blackwell", "k1_scan": "k1_blackwell_scan"}[cfg.get("kernel", "k2")], arch=arch, cfg=cfg, ptx_target=_ptx_target(ptx), ptx_counts=ptx_counts(ptx),
+    rep.update(kernel=KERNELS[cfg.get("kernel", "k2")].rsplit(".", 1)[1], arch=arch, cfg=cfg, ptx_target=_ptx_target(ptx), ptx_counts=ptx_counts(ptx),
                tmem_alloc_columns=tmem_columns_from_ptx(ptx))
     rep["cubin"] = cubin_report(cubins[-1]) if cubins else {"error": "no cubin dumped"}
     for f in glob.glob(os.path.join(dump, "*")):
@@ -54,11 +56,16 @@ def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict
 
 # What each committed report holds: its file stem, the configurations compiled, the provenance experiment name.
 REPORTS = {
-    "k2": ("k2_blackwell_aot", [dict(L=2, V=64), dict(L=2, V=128)], "native-k2-blackwell-aot"),
+    "k2": ("k2_blackwell_aot", [dict(L=2, V=64), dict(L=2, V=128)], "native-k2-blackwell-aot", "sm_100a"),
     "k1_scan": ("k1_blackwell_scan_aot",
                 [dict(kernel="k1_scan", V=64), dict(kernel="k1_scan", V=128),
-                 dict(kernel="k1_scan", V=128, erase=False, dsf=False)], "native-k1-scan-blackwell-aot"),
+                 dict(kernel="k1_scan", V=128, erase=False, dsf=False)], "native-k1-scan-blackwell-aot", "sm_100a"),
+    "k1_wgmma": ("k1_hopper_wgmma_aot",
+                 [dict(kernel="k1_wgmma", V=64), dict(kernel="k1_wgmma", V=128),
+                  dict(kernel="k1_wgmma", V=128, erase=False, dsf=False)], "native-k1-wgmma-hopper-aot", "sm_90a"),
 }
+STATUS = {"sm_100a": "compiled, not executed (no B200)",
+          "sm_90a": "compiled, not yet executed (written after the H200 time was spent)"}
 
 
 def write_results(out_dir: str, kernel: str = "k2") -> Path:
@@ -66,11 +73,11 @@ def write_results(out_dir: str, kernel: str = "k2") -> Path:
     (lethe.provenance) into ``out_dir``."""
     from lethe import provenance
 
-    stem, cfgs, experiment = REPORTS[kernel]
+    stem, cfgs, experiment, arch = REPORTS[kernel]
     rows = []
     for cfg in cfgs:
-        r = compile_report(cfg)
-        r["status"] = "compiled, not executed (no B200)"
+        r = compile_report(cfg, arch=arch)
+        r["status"] = STATUS[arch]
         rows.append(r)
     out = Path(out_dir) / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -84,6 +91,7 @@ def write_results(out_dir: str, kernel: str = "k2") -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cfg", default='{"L": 2, "V": 128}')
+    ap.add_argument("--arch", default=None, help="target (default: the kernel's own, sm_90a for k1_wgmma)")
     ap.add_argument("--json")
     ap.add_argument("--results", help="write the --kernel's committed report (+ provenance) into this folder")
     ap.add_argument("--kernel", choices=sorted(REPORTS), default="k2")
@@ -101,7 +109,8 @@ def main(argv=None) -> int:
         fn, extra = compile_fake(cfg)
         rep = {"compile_s": round(time.perf_counter() - t0, 2), "ptx": fn.artifacts.PTX, **extra}
     else:
-        rep = compile_report(cfg)
+        kern = cfg.get("kernel", "k2")
+        rep = compile_report(cfg, arch=a.arch or ("sm_90a" if kern == "k1_wgmma" else "sm_100a"))
     Path(a.json).write_text(json.dumps(rep, indent=1, sort_keys=True))
     return 0
 

@@ -149,3 +149,39 @@ def test_hybrid_backward_matches_triton_and_is_bitwise_repeatable(V, erase):
         assert _rel(a, r64) <= 2 * _rel(rr, r64) + 1e-6, name
     for again in runs[1:]:
         assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(runs[0], again, strict=True))
+
+
+@pytest.mark.parametrize("V,erase", [(128, True), (64, False)])
+def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase):
+    """The Hopper tensor-core K1 (bf16 operands, fp32 accumulation; NOT yet run when written): every output
+    finite and written (NaN-free), no further from float64 K1 than 2x the float64 replay of its own bf16 roundings
+    (k1_scan_model.model with operand_dtype=bf16) + 1e-4, and bitwise identical over 3 runs."""
+    from kernels.gdn.native.api import k1_wgmma_launch
+    from kernels.gdn.native.k1_scan_model import model
+
+    ctx, do, dS = _gdn_ctx(V, seed=21)
+    if not erase:
+        ctx = dict(ctx, Wm=None)
+    do_c = chunked._to_chunks(do, ctx["C"], torch.float32)
+    B, H, N, C, _ = do_c.shape
+    K = ctx["Qg"].shape[-1]
+
+    def flat(x, *tail):
+        return x.reshape(B * H * N, *tail).contiguous()
+
+    def run():
+        return k1_wgmma_launch(flat(ctx["P"], C, C), flat(ctx["Kend"], C, K), flat(ctx["Qg"], C, K),
+                               None if ctx["Wm"] is None else flat(ctx["Wm"], C, K), flat(ctx["GC"], K),
+                               flat(do_c, C, V), dS.reshape(B * H, K, V), N)
+
+    outs = [run() for _ in range(3)]
+    d64 = {k: (x.double() if torch.is_tensor(x) else x) for k, x in ctx.items()}
+    ref = chunked.reverse_state_scan(do_c.double(), d64, dS.double())
+    bfm = model(d64["P"], d64["Kend"], d64["Qg"], d64["Wm"], d64["GC"], do_c.double(), dS.double(),
+                operand_dtype=torch.bfloat16)
+    for name, a, r, m in zip(("dS_next", "dd", "dS0"), outs[0], ref, bfm, strict=True):
+        a = a.reshape(r.shape)
+        assert torch.isfinite(a).all(), name
+        assert _rel(a, r) <= 2 * _rel(m, r) + 1e-4, name
+    for again in outs[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(outs[0], again, strict=True))
