@@ -118,7 +118,8 @@ def aot_table(result: dict) -> tuple[str, str]:
                      r["status"]])
     cap = ("Native kernels compiled ahead of time on a CPU (nvidia-cutlass-dsl 4.8.1, fake tensors). "
            "sm_100a rows: compiled, not executed (no B200). k1_blackwell is one product of K1 (sum of Qg^T dO), "
-           "k1_blackwell_scan the whole K1 (MMA count per chunk of its loop), k2_* the whole K2.")
+           "k1_blackwell_scan the whole K1 (MMA count per chunk of its loop), k1_hopper_wgmma the whole K1 on "
+           "Hopper tensor cores (wgmma per warpgroup per chunk), k2_* the whole K2.")
     return _both(header, rows, cap)
 
 
