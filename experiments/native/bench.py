@@ -534,7 +534,112 @@ def time_backward(out, quick):
                 torch.cuda.empty_cache()
 
 
-STAGES = ("ceilings", "correctness", "k2_correctness", "k2_timing", "backward_timing", "timing")
+# ---------------------------------------------------------------- K1 on Hopper tensor cores (TMA + wgmma)
+
+def k1_wgmma_impl():
+    """The tensor-core K1 on flattened [L, ...] operands; the dry run (CPU) substitutes its float64 replay with
+    the kernel's bf16 roundings (kernels.gdn.native.k1_scan_model), so only the plumbing is exercised."""
+    if DEV != "cpu":
+        from kernels.gdn.native.api import k1_wgmma_launch
+
+        return k1_wgmma_launch
+    from kernels.gdn.native.k1_scan_model import model
+
+    def launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks):
+        L = Kend.shape[0]
+        BH = L // n_chunks
+
+        def u(x):
+            return x.reshape(1, BH, n_chunks, *x.shape[1:])
+        dSN, dd, dS0 = model(u(P), u(Kend), u(Qg), None if Wm is None else u(Wm), u(GC), u(dO),
+                             None if dSF is None else dSF[None], operand_dtype=torch.bfloat16)
+        return dSN.reshape(L, *dSN.shape[3:]), dd.reshape(L, *dd.shape[3:]), dS0[0]
+    return launch
+
+
+def k1_wgmma_stage(out, quick):
+    """Correctness first (real GDN data, erase on and off: vs float64 K1 within 2x the float64 replay of the
+    kernel's own bf16 roundings + 1e-4, finite, bitwise over 3 runs), then timing against the SIMT K1 and the
+    torch K1 on the K1 timing shapes, with the floor counted for bf16 operands."""
+    from kernels.gdn.native.k1_scan_model import model
+
+    launch = k1_wgmma_impl()
+    corr = []
+    out["k1_wgmma_correctness"] = corr
+    B, H, T = (1, 2, 200) if DEV == "cpu" else (2, 4, 1000)
+    for V, erase in ((128, True), (64, False)):
+        progress(f"K1 wgmma correctness d_v={V} erase={erase}")
+        q, k, v, gt, b, w, do, dS = gdn_inputs(B, H, T, V, torch.bfloat16, seed=60 + V, erase=erase)
+        _, _, ctx = chunked.chunk_fwd(q, k, v, gt, b, w, None, C, None)
+        do_c = chunked._to_chunks(do, C, torch.float32)
+        Bc, Hc, N = do_c.shape[:3]
+
+        def flat(x, *tail, Bc=Bc, Hc=Hc, N=N):
+            return x.reshape(Bc * Hc * N, *tail).contiguous()
+        args = (flat(ctx["P"], C, C), flat(ctx["Kend"], C, K), flat(ctx["Qg"], C, K),
+                None if ctx["Wm"] is None else flat(ctx["Wm"], C, K), flat(ctx["GC"], K), flat(do_c, C, V),
+                dS.reshape(Bc * Hc, K, V))
+        runs = [launch(*args, N) for _ in range(3)]
+        c64 = _upcast_ctx(ctx)
+        ref = chunked.reverse_state_scan(do_c.double(), c64, dS.double())
+        bfm = model(c64["P"], c64["Kend"], c64["Qg"], c64["Wm"], c64["GC"], do_c.double(), dS.double(),
+                    operand_dtype=torch.bfloat16)
+        row = dict(V=V, T=T, B=B, H=H, erase=erase, chunks=int(Bc * Hc * N),
+                   finite=all(bool(torch.isfinite(x).all()) for x in runs[0]),
+                   bitwise_3runs=all(torch.equal(x, y) for r in runs[1:] for x, y in zip(runs[0], r, strict=True)))
+        ok = row["finite"] and row["bitwise_3runs"]
+        for name, a, r, m in zip(("dS_next", "dd", "dS0"), runs[0], ref, bfm, strict=True):
+            row[f"{name}_rel_vs_f64"] = rel(a.reshape(r.shape), r)
+            row[f"{name}_bf16_model_rel_vs_f64"] = rel(m, r)
+            ok = ok and row[f"{name}_rel_vs_f64"] <= 2 * row[f"{name}_bf16_model_rel_vs_f64"] + 1e-4
+        row["passed"] = bool(ok)
+        corr.append(row)
+        progress("  " + json.dumps({k_: (f"{v_:.2e}" if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+        save(out)
+    if not all(r["passed"] for r in corr):
+        out["k1_wgmma_timing_skipped"] = "correctness failed: not timed"
+        return
+    ceil = out.get("ceilings", {})
+    rows = []
+    out["k1_wgmma_timing"] = rows
+    shapes = [(T_, V_, 128 if T_ <= 4096 else 64) for V_ in (64, 128)
+              for T_ in ((1024, 4096) if quick else (1024, 4096, 16384))]
+    if DEV == "cpu":
+        shapes = [(128, 64, 2)]
+    for T_, V_, BH in shapes:
+        N = T_ // C
+        if over_budget():
+            rows.append(dict(T=T_, V=V_, BH=BH, skipped="budget"))
+            continue
+        progress(f"K1 wgmma timing T={T_} d_v={V_} B*H={BH}")
+        flops, nbytes32 = k1_counts(BH, N, V_)
+        row = dict(T=T_, V=V_, BH=BH, flops=flops, bytes_bf16_operands=nbytes32 // 2)
+        if ceil:  # operands in bf16; the bf16 tensor-core rate was not measured here, so the floor is the bytes'
+            row["floor_bytes_ms"] = nbytes32 / 2 / (ceil["copy_GBps"] * 1e9) * 1e3
+        sets = []
+        for sd in (1, 2):
+            P, Kend, Qg, Wm, GC, dO, dSF = synth_k1(BH, N, V_, sd)
+            sets.append(tuple(x.reshape(BH * N, *x.shape[2:]).contiguous() for x in (P, Kend, Qg, Wm, GC, dO))
+                        + (dSF,))
+        med, lo, hi = events_median(lambda s, N=N: launch(*s, N), sets)
+        row.update(wgmma_ms=med, wgmma_spread_ms=[lo, hi])
+        if DEV != "cpu":
+            from kernels.gdn.native.api import k1_launch
+
+            def simt(s, BH=BH, N=N):
+                P, Kend, Qg, Wm, GC, dO, dSF = s
+                return k1_launch(*(x.reshape(BH, N, *x.shape[1:]) for x in (P, Kend, Qg, Wm, GC, dO)), dSF)
+            med2, _, _ = events_median(simt, sets)
+            row["simt_ms"] = med2
+            row["speedup_vs_simt"] = med2 / med
+        if "floor_bytes_ms" in row:
+            row["wgmma_over_floor"] = med / row["floor_bytes_ms"]
+        rows.append(row)
+        progress("  " + json.dumps(row, default=str))
+        save(out)
+
+
+STAGES = ("ceilings", "correctness", "k2_correctness", "k2_timing", "backward_timing", "timing", "k1_wgmma")
 
 
 def main(argv=None):
@@ -583,7 +688,8 @@ def main(argv=None):
                "k2_correctness": lambda: check_k2_correctness(out),
                "k2_timing": lambda: time_k2(out, a.quick),
                "backward_timing": lambda: time_backward(out, a.quick),
-               "timing": lambda: time_configs(out, a.quick)}
+               "timing": lambda: time_configs(out, a.quick),
+               "k1_wgmma": lambda: k1_wgmma_stage(out, a.quick)}
     for name in STAGES:
         if name not in stages:
             continue

@@ -65,3 +65,15 @@ def test_budget_skips_are_recorded(tmp_path):
     out, _ = _run_bench(tmp_path, "--stages", "k2_correctness,k2_timing", "--budget-s", "0")
     assert out["k2_correctness_skipped"] == "budget" and out["k2_timing_skipped"] == "budget"
     assert "k2_timing" not in out
+
+
+def test_dry_run_k1_wgmma_stage(tmp_path):
+    # the tensor-core K1's stage end to end on the CPU, with the kernel's float64 bf16 replay standing in for it:
+    # correctness rows for erase on and off (each judged against float64), then a timing row
+    out, stdout = _run_bench(tmp_path, "--stages", "ceilings,k1_wgmma")
+    assert "k1_wgmma_error" not in out, out.get("k1_wgmma_error")
+    rows = out["k1_wgmma_correctness"]
+    assert [(r["V"], r["erase"]) for r in rows] == [(128, True), (64, False)] and all(r["passed"] for r in rows)
+    assert all(0 < r["dd_rel_vs_f64"] < 1e-2 for r in rows)  # bf16 operands: rounding-sized, not zero, not wrong
+    t = out["k1_wgmma_timing"][0]
+    assert t["wgmma_ms"] > 0 and t["floor_bytes_ms"] > 0 and "stage k1_wgmma" in stdout
