@@ -94,6 +94,7 @@ def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
     from cutlass.torch import current_stream
 
     from .k1_hopper_wgmma import ReverseScanHopperWgmma
+    from .k1_views import K1_VIEWS
 
     L, C, K = Kend.shape
     V = dO.shape[-1]
@@ -113,11 +114,10 @@ def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
     dSN = torch.empty(L, K, V, device=dev, dtype=torch.float32)
     dd = torch.empty(L, C, V, device=dev, dtype=torch.float32)
     dS0 = torch.empty(BH, K, V, device=dev, dtype=torch.float32)
-    # the kernel's operand views (see ReverseScanHopperWgmma.__call__): transposed uses are strided views
-    views = [P16.permute(2, 1, 0), Ke16.permute(1, 2, 0), DO16.permute(2, 1, 0), Qg16.permute(2, 1, 0),
-             Wm16.permute(2, 1, 0), GCf.permute(1, 0), dSFf.permute(1, 2, 0), dSN.permute(1, 2, 0),
-             dd.permute(1, 2, 0), dS0.permute(1, 2, 0)]
-    args = [from_dlpack(v, assumed_align=16) for v in views]
+    # the kernels' operand views of this storage (.k1_views): transposed uses are strided views, not copies
+    storage = [P16, Ke16, DO16, Qg16, Wm16, GCf, dSFf, dSN, dd, dS0]
+    args = [from_dlpack(t.permute(*perm), assumed_align=16)
+            for t, (_, _, _, perm) in zip(storage, K1_VIEWS, strict=True)]
     stream = current_stream()
     key = ("k1_wgmma", L, n_chunks, C, K, V, has_erase, has_dsf, dev.index)
     if key not in _CACHE:

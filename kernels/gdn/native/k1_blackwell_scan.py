@@ -358,31 +358,15 @@ class ReverseScanBlackwell:
 
 def compile_fake(cfg: dict):
     """Compile with fake tensors (no GPU): returns (compiled function, facts for the AOT report)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
+
+    from .k1_views import fake_args
 
     BH, N, V = cfg.get("BH", 2), cfg.get("N", 4), cfg["V"]
     K, C = cfg.get("K", 128), cfg.get("C", 64)
     erase, dsf = cfg.get("erase", True), cfg.get("dsf", True)
-    L = BH * N
     kern = ReverseScanBlackwell(K=K, V=V, C=C, has_erase=erase, has_dsf=dsf)
-    bf, f32 = cutlass.BFloat16, cutlass.Float32
-
-    def ft(dt, shape, stride):
-        return make_fake_tensor(dt, shape, stride, assumed_align=16)
-
-    args = [
-        ft(bf, (C, C, L), (1, C, C * C)),      # P [L, C, C] read as P^T (MN-major)
-        ft(bf, (C, K, L), (K, 1, C * K)),      # Kend [L, C, K]
-        ft(bf, (V, C, L), (1, V, C * V)),      # dO [L, C, V] (MN-major view)
-        ft(bf, (K, C, L), (1, K, C * K)),      # Qg [L, C, K] read as Qg^T
-        ft(bf, (K, C, L), (1, K, C * K)),      # Wm [L, C, K] read as Wm^T
-        ft(f32, (K, L), (1, K)),               # GC [L, K]
-        ft(f32, (K, V, BH), (V, 1, K * V)),    # dS_final [BH, K, V]
-        ft(f32, (K, V, L), (V, 1, K * V)),     # dS_next [L, K, V]
-        ft(f32, (C, V, L), (V, 1, C * V)),     # dd [L, C, V]
-        ft(f32, (K, V, BH), (V, 1, K * V)),    # dS0 [BH, K, V]
-    ]
-    fn = cute.compile(kern, *args, cutlass.Int32(N), make_fake_stream())
+    fn = cute.compile(kern, *fake_args(BH * N, BH, C, K, V), cutlass.Int32(N), make_fake_stream())
     return fn, {"tmem_cols_planned": kern.tmem_cols, "tmem_cols_used": kern.cols_used, "threads": THREADS,
                 "tmem_offsets": kern.offs, "has_erase": erase, "has_dsf": dsf,
                 "smem_operand_bytes": smem_bytes(K, V, C),

@@ -233,32 +233,15 @@ class ReverseScanHopperWgmma:
 
 def compile_fake(cfg: dict):
     """Compile with fake tensors (no GPU, CUTE_DSL_ARCH=sm_90a): (compiled function, facts for the AOT report)."""
-    from cutlass.cute.runtime import make_fake_stream, make_fake_tensor
+    from cutlass.cute.runtime import make_fake_stream
+
+    from .k1_views import fake_args
 
     BH, N, V = cfg.get("BH", 2), cfg.get("N", 4), cfg["V"]
     K, C = cfg.get("K", 128), cfg.get("C", 64)
     erase, dsf = cfg.get("erase", True), cfg.get("dsf", True)
-    L = BH * N
     kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=erase, has_dsf=dsf)
-    bf, f32 = cutlass.BFloat16, cutlass.Float32
-
-    def ft(dt, shape, stride):
-        return make_fake_tensor(dt, shape, stride, assumed_align=16)
-
-    args = [
-        ft(bf, (C, C, L), (1, C, C * C)),      # P [L, C, C] read as P^T (MN-major)
-        ft(bf, (V, C, L), (1, V, C * V)),      # dO [L, C, V] (MN-major view)
-        ft(bf, (C, K, L), (K, 1, C * K)),      # Kend [L, C, K]
-        ft(bf, (K, C, L), (1, K, C * K)),      # Qg [L, C, K] read as Qg^T
-        ft(bf, (K, C, L), (1, K, C * K)),      # Wm [L, C, K] read as Wm^T
-        ft(f32, (K, L), (1, K)),               # GC [L, K]
-        ft(f32, (K, V, BH), (V, 1, K * V)),    # dS_final [BH, K, V]
-        ft(f32, (K, V, L), (V, 1, K * V)),     # dS_next [L, K, V]
-        ft(f32, (C, V, L), (V, 1, C * V)),     # dd [L, C, V]
-        ft(f32, (K, V, BH), (V, 1, K * V)),    # dS0 [BH, K, V]
-    ]
-    order = [0, 2, 1, 3, 4, 5, 6, 7, 8, 9]    # __call__ takes P, Kend, dO, Qg, Wm, ...
-    fn = cute.compile(kern, *[args[j] for j in order], cutlass.Int32(N), make_fake_stream())
+    fn = cute.compile(kern, *fake_args(BH * N, BH, C, K, V), cutlass.Int32(N), make_fake_stream())
     return fn, {"threads": THREADS, "has_erase": erase, "has_dsf": dsf, "smem_operand_bytes": smem_bytes(K, V, C),
                 "expected_wgmma": expected_wgmma_count(K, V, C, erase),
                 "what": "K1 on Hopper tensor cores: TMA loads, wgmma (bf16 operands, fp32 accumulation), dS in "
