@@ -79,10 +79,35 @@ def bench_table(result: dict) -> tuple[str, str]:
     """The K1 timing table (H200) with the correctness summary as its caption, then the K2 tables when the
     result has K2 keys (:func:`k2_tables`)."""
     md, tex = _k1_bench_table(result)
-    k2md, k2tex = k2_tables(result)
-    if k2md:
-        md, tex = md + "\n" + k2md, tex + "\n" + k2tex
+    for more in (k2_tables(result), k1_wgmma_table(result)):
+        if more[0]:
+            md, tex = md + "\n" + more[0], tex + "\n" + more[1]
     return md, tex
+
+
+WGMMA_COLS = [("T", "T", "{:d}"), ("V", "d_v", "{:d}"), ("BH", "B*H", "{:d}"), ("floor_bytes_ms", "floor ms", "{:.3f}"),
+              ("wgmma_ms", "wgmma K1 ms", "{:.3f}"), ("wgmma_over_floor", "wgmma/floor", "{:.2f}"),
+              ("simt_ms", "SIMT K1 ms", "{:.3f}"), ("speedup_vs_simt", "x SIMT", "{:.2f}")]
+
+
+def k1_wgmma_table(result: dict) -> tuple[str, str]:
+    """The Hopper tensor-core K1 (``k1_hopper_wgmma``: TMA + wgmma, bf16 operands, fp32 accumulation) against the
+    float32 SIMT K1 on the same problem; caption with its correctness summary. Empty strings without the keys."""
+    timing, corr = result.get("k1_wgmma_timing", []), result.get("k1_wgmma_correctness", [])
+    if not timing and not corr:
+        return "", ""
+    outs = ("dS_next", "dd", "dS0")
+    worst = max((float(r[f"{o}_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    worst_model = max((float(r[f"{o}_bf16_model_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    ok = all(r["passed"] and r["bitwise_3runs"] and r["finite"] for r in corr) if corr else False
+    rows = [[_cell(r, k, f) for k, _, f in WGMMA_COLS] for r in timing]
+    cap = ("K1 on Hopper tensor cores (sm_90a, TMA + wgmma, bf16 operands, fp32 accumulation, dS in registers "
+           "across the chunk loop), d_k=128, C=64, on {dev}; median of CUDA-event timings; SIMT K1 = the float32 "
+           "CuTe K1 on the same problem. Correctness before timing: {n} configurations on GDN data, worst rel. "
+           "error vs float64 {w:.1e} (the kernel's own bf16-operand model: {m:.1e}), finite and bitwise identical "
+           "over 3 runs: {b}. Floor = bf16 operand bytes / measured copy bandwidth.").format(
+        dev=result.get("device", "?"), n=len(corr), w=worst, m=worst_model, b="yes" if ok else "no")
+    return _both([h for _, h, _ in WGMMA_COLS], rows, cap)
 
 
 def _k1_bench_table(result: dict) -> tuple[str, str]:

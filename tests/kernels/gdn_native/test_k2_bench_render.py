@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.gdn.native.render import bench_table, k2_tables
+from kernels.gdn.native.render import bench_table, k1_wgmma_table, k2_tables
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "results/native/bench.json"
@@ -33,13 +33,15 @@ def test_committed_bench_json_renders_as_committed_and_k1_part_as_before():
     md, tex = bench_table(cur)
     assert md == (ROOT / "paper/tables/native_bench.md").read_text()
     assert tex == (ROOT / "paper/tables/native_bench.tex").read_text()
-    # without its K2 keys (a bench.json from before the K2 stages) it renders the K1 table alone, and the full
-    # table is that K1 table followed by the K2 tables
-    old = {k: v for k, v in cur.items() if not k.startswith(("k2_", "backward_timing"))}
-    assert k2_tables(old) == ("", "")
+    # without its K2 and wgmma keys (a bench.json from before those stages) it renders the K1 table alone, and
+    # the full table is that K1 table followed by the K2 tables, then the tensor-core K1 table
+    old = {k: v for k, v in cur.items() if not k.startswith(("k2_", "backward_timing", "k1_wgmma"))}
+    assert k2_tables(old) == ("", "") and k1_wgmma_table(old) == ("", "")
     k1md, k1tex = bench_table(old)
     k2md, k2tex = k2_tables(cur)
-    assert k2md and md == k1md + "\n" + k2md and tex == k1tex + "\n" + k2tex
+    wmd, wtex = k1_wgmma_table(cur)
+    assert k2md and wmd and "wgmma K1 ms" in wmd
+    assert md == k1md + "\n" + k2md + "\n" + wmd and tex == k1tex + "\n" + k2tex + "\n" + wtex
 
 
 def test_dry_run_k2_stages_merge_and_render(tmp_path):
