@@ -256,15 +256,15 @@ def main(argv=None):
                     help="'only': run just the fla rung into ladder_fla.json (fla autotuning can take minutes)")
     ap.add_argument("--fla-budget-s", type=float, default=240.0)
     ap.add_argument("--members", default="la,gla,ssd,kda,gdn", help="members of the end-to-end rung")
-    ap.add_argument("--backend", choices=("triton", "native"), default="triton",
-                    help="backend of the end-to-end rung; 'native' (the CuTe DSL K1/K2 backward, CUDA only) runs "
-                         "that rung alone, with a bitwise repeat check, into ladder_native.json (the tile and "
-                         "stage rungs pin Triton intermediates)")
+    ap.add_argument("--backend", choices=("triton", "native", "hybrid", "hybrid-tc"), default="triton",
+                    help="backend of the end-to-end rung; the others than 'triton' (CuTe DSL kernels, CUDA only) "
+                         "run that rung alone, with a bitwise repeat check, into ladder_<backend>.json (the tile "
+                         "and stage rungs pin Triton intermediates)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per end-to-end arm compared bit for bit "
                     "(default 1 for triton, 3 for native)")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="input dtypes of the stage and end-to-end rungs (GPU)")
     args = ap.parse_args(argv)
-    repeats = args.repeats or (3 if args.backend == "native" else 1)
+    repeats = args.repeats or (1 if args.backend == "triton" else 3)
 
     if args.cpu_smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -277,8 +277,8 @@ def main(argv=None):
         dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(",") if d)
         lengths = tuple(int(t) for t in args.lengths.split(","))
         member_T = 1024
-    if args.backend == "native" and args.cpu_smoke:
-        raise SystemExit("the native backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
+    if args.backend != "triton" and args.cpu_smoke:
+        raise SystemExit(f"the {args.backend} backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
     from kernels.gdn.reference import MEMBERS
 
     members = [m for m in args.members.split(",") if m]
@@ -297,8 +297,8 @@ def main(argv=None):
         print(json.dumps(rows, indent=1, sort_keys=True))
         return rows
     rows = []
-    name = "ladder_smoke.json" if args.cpu_smoke else ("ladder_native.json" if args.backend == "native"
-                                                      else "ladder.json")
+    name = "ladder_smoke.json" if args.cpu_smoke else ("ladder.json" if args.backend == "triton"
+                                                      else f"ladder_{args.backend}.json")
 
     def flush(complete=False):
         """Summarise and write what has run so far, so a wall-clock cut still leaves a valid partial ladder."""
@@ -326,7 +326,7 @@ def main(argv=None):
             "seconds": round(time.time() - t_start, 1),
         }
         _write(out, name, {"summary": summary, "rows": rows},
-               experiment="gdn_ladder" if args.backend == "triton" else "gdn_ladder_native",
+               experiment="gdn_ladder" if args.backend == "triton" else f"gdn_ladder_{args.backend}",
                pins={"e2e": PIN_E2E, "tile": PIN_TILE})
         return summary
 

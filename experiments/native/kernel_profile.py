@@ -109,7 +109,8 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     fn, guarded = {"fla": lambda: (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
                    "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64), False),
                    "native": lambda: (fc.ours_fn(member, "native", 64), False),
-                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64), False)}[impl]()
+                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64), False),
+                   "hybrid-tc": lambda: (fc.ours_fn(member, "hybrid-tc", 64), False)}[impl]()
     dt = torch.bfloat16 if cuda else torch.float32
     sets = [fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed + i, device) for i in range(args.sets)]
     leaves, do = sets[0]
@@ -161,6 +162,24 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     row["input_sets"] = len(sets)
     row["bwd_wall_ms"] = round(statistics.median(walls), 4)
     row["bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
+    # forward + backward, a training step's share of this layer, timed the same way
+    walls = []
+    for rep in range(args.reps * len(sets)):
+        i = rep % len(sets)
+        sync()
+        if cuda:
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            bwd(fwd(i), i)
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(e0.elapsed_time(e1))
+        else:
+            t0 = time.perf_counter()
+            bwd(fwd(i), i)
+            walls.append((time.perf_counter() - t0) * 1e3)
+    row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
+    row["fwd_bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
     prof_rows = []
     for _ in range(args.profile_reps):
         o = fwd()
@@ -192,7 +211,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cells", default="gdn:128:4096:8,gdn:128:4096:128",
                     help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
-    ap.add_argument("--impls", default="ours,fla,native", help="from ours, fla, native, hybrid")
+    ap.add_argument("--impls", default="ours,fla,native", help="from ours, fla, native, hybrid, hybrid-tc")
     ap.add_argument("--native-max-head-tokens", type=int, default=65536,
                     help="native's torch forward materialises [B,H,N,C,C,K] float32 tensors: larger cells skip it")
     ap.add_argument("--seed", type=int, default=20260829)
@@ -253,7 +272,8 @@ def main(argv=None) -> dict:
                     continue
             rows.append(row)
             p = row.get("profile", {})
-            print(f"[{time.time() - start:6.1f}s] {cell} {impl}: {row.get('status')} wall {row.get('bwd_wall_ms')} ms, "
+            print(f"[{time.time() - start:6.1f}s] {cell} {impl}: {row.get('status')} wall {row.get('bwd_wall_ms')} ms "
+                  f"(fwd+bwd {row.get('fwd_bwd_wall_ms')} ms), "
                   f"{p.get('kernels')} kernels, kernel sum {p.get('kernel_sum_ms')} ms, idle {p.get('idle_in_span_ms')} ms",
                   flush=True)
             save()

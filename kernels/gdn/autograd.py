@@ -11,6 +11,8 @@ chunked forward and the explicit chunked backward of the chosen backend:
   refused with an explicit error when none is registered;
 * ``"hybrid"`` -- the Triton forward and intra-chunk backward with the native reverse state scan (K1), also
   from ``NATIVE_BACKENDS`` (:class:`kernels.gdn.native.backend.HybridGDN`);
+* ``"hybrid-tc"`` -- as ``"hybrid"`` with K1 on Hopper tensor cores for bf16 / fp16 inputs and the backward's
+  tail fused (:class:`kernels.gdn.native.backend.HybridTensorCoreGDN`);
 * ``"auto"``   -- triton on CUDA tensors, torch otherwise.
 
 Members that never erase (LA, GLA, SSD) pass ``b=None`` down, so the triangular solve is skipped (T = I).
@@ -25,7 +27,9 @@ import torch
 from . import chunked
 from .reference import MEMBERS, gates_for_member
 
-BACKENDS = ("auto", "torch", "triton", "native", "hybrid")
+BACKENDS = ("auto", "torch", "triton", "native", "hybrid", "hybrid-tc")
+# chunk_family backend -> its key in NATIVE_BACKENDS
+_NATIVE_KEYS = {"native": "default", "hybrid": "hybrid", "hybrid-tc": "hybrid-tc"}
 NATIVE_BACKENDS: dict[str, object] = {}
 
 
@@ -57,14 +61,14 @@ class ChunkGDNFunction(torch.autograd.Function):
             from .triton_fwd import triton_chunk_fwd
 
             o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
-        elif backend in ("native", "hybrid"):
-            key = "default" if backend == "native" else "hybrid"
+        elif backend in _NATIVE_KEYS:
+            key = _NATIVE_KEYS[backend]
             if key not in NATIVE_BACKENDS:
                 _register_native()
             if key not in NATIVE_BACKENDS:
                 raise NotImplementedError(f"no {backend} GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
             impl = NATIVE_BACKENDS[key]
-            if backend == "hybrid":
+            if backend != "native":
                 o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
             else:
                 o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
@@ -86,7 +90,7 @@ class ChunkGDNFunction(torch.autograd.Function):
 
             grads = triton_chunk_bwd(do, saved, dS)
         else:
-            grads = NATIVE_BACKENDS["default" if ctx.backend == "native" else "hybrid"].backward(do, saved, dS)
+            grads = NATIVE_BACKENDS[_NATIVE_KEYS[ctx.backend]].backward(do, saved, dS)
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
         return dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None), None, None, None, None

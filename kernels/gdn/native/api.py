@@ -10,7 +10,8 @@ in float32 for every low-precision input; float64 inputs stay on the torch path)
 through the sm_90a kernel :mod:`.k2_hopper`.
 
 ``scan_for_triton_ctx(doi, ctx, dS_final)`` is K1 for the *hybrid* backend: the Triton forward and intra-chunk
-backward with the native reverse state scan in place of Triton's ``state_bwd_kernel``.
+backward with the native reverse state scan in place of Triton's ``state_bwd_kernel``;
+``wgmma_scan_for_triton_ctx`` is the same slot filled by the Hopper tensor-core K1 (backend ``hybrid-tc``).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
 
 
 def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
-    """Run the Hopper tensor-core K1 (:mod:`.k1_hopper_wgmma`, NOT yet executed on a GPU when written) on
+    """Run the Hopper tensor-core K1 (:mod:`.k1_hopper_wgmma`; executed on the H200, docs/native.md) on
     flattened CUDA tensors, chunk l = bh * n_chunks + n: P ``[L,C,C]``, Kend/Qg/Wm ``[L,C,K]``, dO ``[L,C,V]``
     (cast to bf16, the kernel's operand type), GC ``[L,K]`` and dS_final ``[BH,K,V]`` (float32; None: zero).
     ``Wm`` None means no erase. Returns float32 (dSN ``[L,K,V]``, dd ``[L,C,V]``, dS0 ``[BH,K,V]``)."""
@@ -168,6 +169,28 @@ def scan_for_triton_ctx(doi, ctx, dS_final=None, *, native=True):
     else:
         dSn, dd, dS0 = chunked.reverse_state_scan(do_c, ops, dS_final)
     return dSn.contiguous(), dd.reshape(B, H, N * C, V).contiguous(), dS0.contiguous()
+
+
+def wgmma_scan_for_triton_ctx(doi, ctx, dS_final=None, *, k1=None):
+    """K1 for the ``hybrid-tc`` backend: the Hopper tensor-core K1 (bf16 operands, fp32 accumulation) on operands
+    built by one Triton kernel (:mod:`.k1_operands`); same contract as :func:`scan_for_triton_ctx`. ``k1`` stands
+    in for :func:`k1_wgmma_launch` (same arguments and returns), e.g. a float64 replay in the CPU tests."""
+    from .k1_operands import k1_operands
+
+    P, Kend, Qg, Wm, GC, dO = k1_operands(doi, ctx)
+    B, H, N, C, K = Qg.shape
+    V = dO.shape[-1]
+    L = B * H * N
+    dSF = None if dS_final is None else dS_final.reshape(B * H, K, V)
+    dSN, dd, dS0 = (k1 or k1_wgmma_launch)(P.view(L, C, C), Kend.view(L, C, K), Qg.view(L, C, K),
+                                          None if Wm is None else Wm.view(L, C, K), GC.view(L, K),
+                                          dO.view(L, C, V), dSF, N)
+    return dSN.view(B, H, N, K, V), dd.view(B, H, N * C, V), dS0.view(B, H, K, V)
+
+
+def wgmma_supported(K: int, V: int, C: int) -> bool:
+    """Shapes :mod:`.k1_hopper_wgmma` is written for (d_k 128, chunk 64, d_v 64 or 128)."""
+    return K == 128 and C == 64 and V in (64, 128)
 
 
 # Largest element count of one tensor in one K2 launch: the kernel's index arithmetic is 32-bit.

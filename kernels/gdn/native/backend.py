@@ -6,7 +6,9 @@ replaced by the native CuTe DSL kernels on CUDA float32; the pairwise-decay VJP 
 torch. float64 inputs (the oracle-precision check) and CPU tensors keep the torch code, because the native
 kernels are float32 GPU kernels.
 
-``HybridGDN`` (``backend="hybrid"``) keeps the Triton forward and intra-chunk backward and swaps in the native K1.
+``HybridGDN`` (``backend="hybrid"``) keeps the Triton forward and intra-chunk backward and swaps in the native K1;
+``HybridTensorCoreGDN`` (``backend="hybrid-tc"``) swaps in the tensor-core K1 for bf16 / fp16 inputs and fuses the
+backward's tail.
 
 Hook for :mod:`kernels.gdn.autograd`::
 
@@ -72,9 +74,47 @@ class HybridGDN:
 HYBRID = HybridGDN()
 
 
+class HybridTensorCoreGDN:
+    """``backend="hybrid-tc"``: the Triton forward and intra-chunk backward, K1 on Hopper tensor cores
+    (:mod:`.k1_hopper_wgmma`, operands from one Triton kernel, :mod:`.k1_operands`) and the backward's tail in
+    one Triton kernel (``fused_tail``).
+
+    Precision contract: K1 reads its operands in bf16 (fp32 accumulation, dS in fp32 throughout), as fla's
+    backward does, so the tensor-core K1 is used only for bf16 / fp16 inputs, which carry no more precision
+    than that; float32 inputs get the float32 SIMT K1 (:class:`HybridGDN`'s), and shapes the wgmma kernel is not
+    written for (d_k != 128, chunk != 64, d_v not 64/128) too. On CPU tensors the Triton scan stays."""
+
+    name = "hybrid-triton-wgmma-k1"
+    forward = staticmethod(HybridGDN.forward)
+
+    @staticmethod
+    def k1_choice(saved) -> str:
+        """Which K1 the backward of ``saved`` runs: "wgmma", "simt" or "triton" (CPU)."""
+        from .api import wgmma_supported
+
+        if not saved["qi"].is_cuda:
+            return "triton"
+        K, V = saved["qi"].shape[-1], saved["ui"].shape[-1]
+        low = saved["dtype"] in (torch.bfloat16, torch.float16)
+        return "wgmma" if low and wgmma_supported(K, V, saved["C"]) else "simt"
+
+    @staticmethod
+    def backward(do, saved, dS_final):
+        from ..triton_bwd import triton_chunk_bwd
+        from .api import scan_for_triton_ctx, wgmma_scan_for_triton_ctx
+
+        scan = {"triton": None, "simt": scan_for_triton_ctx,
+                "wgmma": wgmma_scan_for_triton_ctx}[HybridTensorCoreGDN.k1_choice(saved)]
+        return triton_chunk_bwd(do, saved, dS_final, scan=scan, fused_tail=True)
+
+
+HYBRID_TC = HybridTensorCoreGDN()
+
+
 def register() -> None:
-    """Make ``chunk_family(..., backend="native")`` and ``backend="hybrid"`` use these backends."""
+    """Make ``chunk_family(..., backend="native")``, ``"hybrid"`` and ``"hybrid-tc"`` use these backends."""
     from ..autograd import NATIVE_BACKENDS
 
     NATIVE_BACKENDS["default"] = NATIVE
     NATIVE_BACKENDS["hybrid"] = HYBRID
+    NATIVE_BACKENDS["hybrid-tc"] = HYBRID_TC

@@ -153,7 +153,8 @@ PROFILE_FAMILIES = [("Triton", "Triton ms"), ("CuTe DSL (native K1/K2)", "CuTe D
                     ("matmul (cuBLAS)", "cuBLAS ms"), ("torch copy / index / fill", "torch copy ms"),
                     ("torch elementwise", "torch elementwise ms"), ("torch reduction / scan", "torch reduction ms"),
                     ("other", "other ms")]
-PROFILE_HEADER = (["call", "impl", "member", "d_v", "T", "B*H", "bwd ms", "kernels", "kernel sum ms", "idle ms"]
+PROFILE_HEADER = (["call", "impl", "member", "d_v", "T", "B*H", "bwd ms", "fwd+bwd ms", "kernels", "kernel sum ms",
+                   "idle ms"]
                   + [h for _, h in PROFILE_FAMILIES] + ["heaviest kernel (ms)"])
 
 
@@ -183,14 +184,17 @@ def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
             fam = p.get("families", {})
             top = (p.get("top_kernels") or [{}])[0]
             rows.append([name, r["impl"], r["member"], str(r["V"]), str(r["T"]), str(r["B"] * r["H"]),
-                         f"{r['bwd_wall_ms']:.3f}", str(p["kernels"]), f"{p['kernel_sum_ms']:.3f}",
+                         f"{r['bwd_wall_ms']:.3f}",
+                         f"{r['fwd_bwd_wall_ms']:.3f}" if "fwd_bwd_wall_ms" in r else "-",
+                         str(p["kernels"]), f"{p['kernel_sum_ms']:.3f}",
                          f"{p['idle_in_span_ms']:.3f}"]
                         + [f"{fam[f]['ms']:.3f}" if f in fam else "-" for f, _ in PROFILE_FAMILIES]
                         + [f"{_short_kernel(top.get('name', '-'))} ({top.get('ms', float('nan')):.3f})"])
     dev = next((d.get("device") for _, d, _ in calls if d.get("device")), "?")
     cap = ("Where the GDN backward's time goes on {dev}: bf16 inputs, d_k=128, H=2; bwd ms is the median of "
            "CUDA-event timings of torch.autograd.grad after the forward (no profiler attached; two input sets "
-           "rotated where the row says so in profile.json); the other columns come from one profiled backward "
+           "rotated where the row says so in profile.json); fwd+bwd ms the same for forward and backward together "
+           "(rows from later calls); the other columns come from one profiled backward "
            "(the repetition with the median summed kernel time): kernel launches, summed kernel time, GPU idle "
            "time between the first and the last kernel, and time per kernel family. Each implementation's "
            "gradients were checked against ours before it was profiled (profile.json, check_vs_ours_rel). "

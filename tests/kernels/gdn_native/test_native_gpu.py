@@ -185,3 +185,87 @@ def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase):
         assert _rel(a, r) <= 2 * _rel(m, r) + 1e-4, name
     for again in outs[1:]:
         assert all(torch.equal(x, y) for x, y in zip(outs[0], again, strict=True))
+
+
+# The GDN ladder's criterion for a bf16 end-to-end arm (experiments/gdn/ladder.py): worst relative error of every
+# gradient against the float64 chunked backward.
+BF16_E2E_TOL = 5e-3
+
+
+def _worst(a, b):
+    """The ladder's metric: max |a - b| / max |b|."""
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-300))
+
+
+@pytest.mark.parametrize("V,erase", [(128, True), (64, False)])
+def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, erase):
+    """HybridTensorCoreGDN on bf16 inputs (T not a chunk multiple, initial state, final-state gradient): K1 runs
+    on tensor cores (k1_choice "wgmma"), every gradient finite, within the ladder's bf16 tolerance of the float64
+    chunked backward, no further from it than 2x the all-Triton backward + 2e-3 (what bf16 K1 operands may add),
+    bitwise identical over 3 runs; the operand kernel's bf16 copy of dO is torch's rounding, bit for bit."""
+    from kernels.gdn.native.api import scan_operands_from_triton_ctx
+    from kernels.gdn.native.backend import HYBRID_TC
+    from kernels.gdn.native.k1_operands import k1_operands
+    from kernels.gdn.triton_bwd import triton_chunk_bwd
+    from kernels.gdn.triton_fwd import to_internal, triton_chunk_fwd
+
+    B, T, H, K, C = 2, 1000, 2, 128, 64
+    g = torch.Generator(device="cuda").manual_seed(23)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=g)  # noqa: E731
+    bf = torch.bfloat16
+    q, k, v = r(B, T, H, K).to(bf), torch.nn.functional.normalize(r(B, T, H, K), dim=-1).to(bf), r(B, T, H, V).to(bf)
+    gate = torch.nn.functional.logsigmoid(r(B, T, H, K) + 2.0).to(bf)
+    b = (2 * torch.rand(B, T, H, K, device="cuda", generator=g)).to(bf) if erase else None
+    w = torch.rand(B, T, H, V, device="cuda", generator=g).to(bf)
+    S0, do, dS = r(B, H, K, V), r(B, T, H, V).to(bf), r(B, H, K, V)
+    _, _, ctx = triton_chunk_fwd(q, k, v, gate, b, w, None, C, S0)
+    assert HYBRID_TC.k1_choice(ctx) == "wgmma"
+    doi = to_internal(do, C)
+    P, Kend, Qg, Wm, GC, dO16 = k1_operands(doi, ctx)
+    assert torch.equal(dO16, doi.reshape(dO16.shape).to(bf))
+    rP, rKend, rQg, rGC, rWm = scan_operands_from_triton_ctx(ctx)
+    for name, got, ref in (("P", P, rP), ("Kend", Kend, rKend), ("Qg", Qg, rQg), ("GC", GC, rGC)):
+        assert _rel(got, ref) < 2**-8, name
+    ref = triton_chunk_bwd(do, ctx, dS)
+    d = lambda x: None if x is None else x.double()  # noqa: E731
+    _, _, ctx64 = chunked.chunk_fwd(*(d(x) for x in (q, k, v, gate, b, w)), None, C, S0.double())
+    ref64 = chunked.chunk_bwd(do.double(), ctx64, dS.double())
+    runs = [HYBRID_TC.backward(do, ctx, dS) for _ in range(3)]
+    for name, a, rr, r64 in zip("q k v g b w S0".split(), runs[0], ref, ref64, strict=True):
+        if rr is None:
+            assert a is None, name
+            continue
+        assert a.dtype == rr.dtype and a.shape == rr.shape, name
+        assert torch.isfinite(a).all(), name
+        err, err_triton = _worst(a, r64), _worst(rr, r64)
+        print(f"hybrid-tc V={V} erase={erase} d{name}: vs f64 {err:.2e} (Triton {err_triton:.2e})")
+        assert err <= BF16_E2E_TOL, name
+        assert err <= 2 * err_triton + 2e-3, name
+    for again in runs[1:]:
+        assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(runs[0], again, strict=True))
+
+
+def test_hybrid_tc_float32_inputs_keep_the_float32_k1():
+    """float32 inputs carry more than bf16 operands could hold: hybrid-tc must pick the float32 SIMT K1 there and
+    then meet the hybrid backend's float32 criterion (2x the all-Triton backward's error vs float64 + 1e-6)."""
+    from kernels.gdn.native.backend import HYBRID_TC
+    from kernels.gdn.triton_bwd import triton_chunk_bwd
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    B, T, H, K, V, C = 1, 512, 2, 128, 128, 64
+    g = torch.Generator(device="cuda").manual_seed(29)
+    r = lambda *s: torch.randn(*s, device="cuda", generator=g)  # noqa: E731
+    q, k, v = r(B, T, H, K), torch.nn.functional.normalize(r(B, T, H, K), dim=-1), r(B, T, H, V)
+    gate = torch.nn.functional.logsigmoid(r(B, T, H, K) + 2.0)
+    b, w, do = 2 * torch.rand(B, T, H, K, device="cuda", generator=g), torch.rand(B, T, H, V, device="cuda",
+                                                                                 generator=g), r(B, T, H, V)
+    _, _, ctx = triton_chunk_fwd(q, k, v, gate, b, w, None, C)
+    assert HYBRID_TC.k1_choice(ctx) == "simt"
+    ref = triton_chunk_bwd(do, ctx)
+    _, _, ctx64 = chunked.chunk_fwd(*(x.double() for x in (q, k, v, gate, b, w)), None, C)
+    ref64 = chunked.chunk_bwd(do.double(), ctx64, None)
+    got = HYBRID_TC.backward(do, ctx, None)
+    for name, a, rr, r64 in zip("q k v g b w".split(), got[:6], ref[:6], ref64[:6], strict=True):
+        assert torch.isfinite(a).all(), name
+        assert _rel(a, r64) <= 2 * _rel(rr, r64) + 1e-6, name
