@@ -102,14 +102,24 @@ def render_ladder(ladder: dict, fla: dict | None, md_path, tex_path):
         f"End to end: {s['e2e_pass']} of {s['e2e_arms']} arms within the {pin:.0e} "
         "pin; the paper reports 3.3e-3 end to end and one 5.21e-3 arm at d_v = 128 against the same pin.",
     ]
-    if s.get("backend") == "native":
+    backend = s.get("backend", "triton")
+    if backend != "triton":
         rep = s.get("bitwise_repeat_all_identical")
         runs = next((r["bitwise_repeat"]["runs"] for r in ladder["rows"] if r.get("bitwise_repeat")), None)
         notes[1] = ("End-to-end arms only: the tile and per-stage rungs pin the Triton kernels' intermediates "
-                    "(table gdn-ladder). Output and all gradients of chunk_family(backend=\"native\") against "
+                    f"(table gdn-ladder). Output and all gradients of chunk_family(backend=\"{backend}\") against "
                     "the float64 oracle (recurrent loop).")
         notes.append(f"Determinism: every arm ran {runs} times; outputs and gradients bitwise identical in all "
                      f"arms: {'yes' if rep else 'no'} (an arm passes only if they are).")
+        if backend == "hybrid-tc":
+            notes.append("K1 reads bf16 operands (fp32 accumulation), as fla's backward does: the arms that miss "
+                         "the pin are that rounding; fla 0.6.0's own errors against the same kind of oracle are in "
+                         "table gdn-fla-compare.")
+            return render_table(ladder_rows(ladder, fla), LADDER_COLUMNS,
+                                "GDN-family verification ladder on the H200, hybrid-tc backend (Triton forward "
+                                "and intra-chunk backward; K1, the reverse state scan, on Hopper tensor cores: "
+                                "CuTe DSL TMA + wgmma, sm_90a; fused Triton tail).",
+                                "tab:gdn-ladder-hybrid-tc", md_path, tex_path, notes)
         return render_table(ladder_rows(ladder, fla), LADDER_COLUMNS,
                             "GDN-family verification ladder on the H200, native backend (torch chunked forward; "
                             "backward with the CuTe DSL kernels K1, the reverse state scan, and K2, the WY / "

@@ -9,6 +9,9 @@ _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results",
 _GDN_LADDER_NATIVE = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_native.json")
 )
+_GDN_LADDER_HYBRID_TC = _gdn_os.path.exists(
+    _gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_hybrid_tc.json")
+)
 _GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
@@ -21,6 +24,7 @@ _GDN_FLABENCH = _gdn_os.path.exists(
 RENDER_TARGETS.extend(
     ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
     + ([f"paper/tables/gdn_ladder_native.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_NATIVE else [])
+    + ([f"paper/tables/gdn_ladder_hybrid_tc.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_HYBRID_TC else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
     + (
@@ -62,6 +66,23 @@ rule gdn_ladder_native_table:
         table="ladder",
     log:
         "logs/gdn/ladder_native_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_ladder_hybrid_tc_table:
+    conda:
+        CONDA_ENV
+    input:
+        ladder="results/gdn/ladder_hybrid_tc.json",
+        fla=[],
+    output:
+        md="paper/tables/gdn_ladder_hybrid_tc.md",
+        tex="paper/tables/gdn_ladder_hybrid_tc.tex",
+    params:
+        table="ladder",
+    log:
+        "logs/gdn/ladder_hybrid_tc_table.log",
     script:
         "../scripts/gdn_render.py"
 

@@ -202,8 +202,12 @@ def _worst(a, b):
 def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, erase):
     """HybridTensorCoreGDN on bf16 inputs (T not a chunk multiple, initial state, final-state gradient): K1 runs
     on tensor cores (k1_choice "wgmma"), every gradient finite, within the ladder's bf16 tolerance of the float64
-    chunked backward, no further from it than 2x the all-Triton backward + 2e-3 (what bf16 K1 operands may add),
-    bitwise identical over 3 runs; the operand kernel's bf16 copy of dO is torch's rounding, bit for bit."""
+    chunked backward, bitwise identical over 3 runs; the operand kernel's bf16 copy of dO is torch's rounding,
+    bit for bit. The bf16-output gradients are no further from float64 than 2x the all-Triton backward + 2e-3
+    (what bf16 K1 operands may add); the initial-state gradient, a float32 output that K1 alone computes, no
+    further than 2x the float64 replay of K1's own bf16 roundings (k1_scan_model, as in the wgmma K1 test) +
+    1e-4. (The first version held dS0 to the 2e-3 allowance too and failed on the H200, 2026-11-29: 2.44e-3 and
+    2.40e-3, which is K1's bf16 rounding itself; results/native/gpu_tests_c31e78f.log.)"""
     from kernels.gdn.native.api import scan_operands_from_triton_ctx
     from kernels.gdn.native.backend import HYBRID_TC
     from kernels.gdn.native.k1_operands import k1_operands
@@ -232,6 +236,12 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
     _, _, ctx64 = chunked.chunk_fwd(*(d(x) for x in (q, k, v, gate, b, w)), None, C, S0.double())
     ref64 = chunked.chunk_bwd(do.double(), ctx64, dS.double())
     runs = [HYBRID_TC.backward(do, ctx, dS) for _ in range(3)]
+    # K1's bf16 rounding model on the same operands, for the float32 initial-state gradient
+    from kernels.gdn.native.k1_scan_model import model
+
+    ops64 = [None if x is None else x.double() for x in (rP, rKend, rQg, rWm, rGC)]
+    dS0_model = model(ops64[0], ops64[1], ops64[2], ops64[3], ops64[4], doi.double().reshape(dO16.shape),
+                      dS.double(), operand_dtype=torch.bfloat16)[2]
     for name, a, rr, r64 in zip("q k v g b w S0".split(), runs[0], ref, ref64, strict=True):
         if rr is None:
             assert a is None, name
@@ -241,7 +251,10 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
         err, err_triton = _worst(a, r64), _worst(rr, r64)
         print(f"hybrid-tc V={V} erase={erase} d{name}: vs f64 {err:.2e} (Triton {err_triton:.2e})")
         assert err <= BF16_E2E_TOL, name
-        assert err <= 2 * err_triton + 2e-3, name
+        if name == "S0":
+            assert err <= 2 * _worst(dS0_model, r64) + 1e-4, name
+        else:
+            assert err <= 2 * err_triton + 2e-3, name
     for again in runs[1:]:
         assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(runs[0], again, strict=True))
 
