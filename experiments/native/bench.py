@@ -545,14 +545,14 @@ def k1_wgmma_impl():
         return k1_wgmma_launch
     from kernels.gdn.native.k1_scan_model import model
 
-    def launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks):
+    def launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks, split=False):
         L = Kend.shape[0]
         BH = L // n_chunks
 
         def u(x):
             return x.reshape(1, BH, n_chunks, *x.shape[1:])
         dSN, dd, dS0 = model(u(P), u(Kend), u(Qg), None if Wm is None else u(Wm), u(GC), u(dO),
-                             None if dSF is None else dSF[None], operand_dtype=torch.bfloat16)
+                             None if dSF is None else dSF[None], operand_dtype=torch.bfloat16, split=split)
         return dSN.reshape(L, *dSN.shape[3:]), dd.reshape(L, *dd.shape[3:]), dS0[0]
     return launch
 
@@ -567,8 +567,8 @@ def k1_wgmma_stage(out, quick):
     corr = []
     out["k1_wgmma_correctness"] = corr
     B, H, T = (1, 2, 200) if DEV == "cpu" else (2, 4, 1000)
-    for V, erase in ((128, True), (64, False)):
-        progress(f"K1 wgmma correctness d_v={V} erase={erase}")
+    for V, erase, split in ((128, True, False), (64, False, False), (128, True, True), (64, False, True)):
+        progress(f"K1 wgmma correctness d_v={V} erase={erase} split={split}")
         q, k, v, gt, b, w, do, dS = gdn_inputs(B, H, T, V, torch.bfloat16, seed=60 + V, erase=erase)
         _, _, ctx = chunked.chunk_fwd(q, k, v, gt, b, w, None, C, None)
         do_c = chunked._to_chunks(do, C, torch.float32)
@@ -579,12 +579,12 @@ def k1_wgmma_stage(out, quick):
         args = (flat(ctx["P"], C, C), flat(ctx["Kend"], C, K), flat(ctx["Qg"], C, K),
                 None if ctx["Wm"] is None else flat(ctx["Wm"], C, K), flat(ctx["GC"], K), flat(do_c, C, V),
                 dS.reshape(Bc * Hc, K, V))
-        runs = [launch(*args, N) for _ in range(3)]
+        runs = [launch(*args, N, split=split) for _ in range(3)]
         c64 = _upcast_ctx(ctx)
         ref = chunked.reverse_state_scan(do_c.double(), c64, dS.double())
         bfm = model(c64["P"], c64["Kend"], c64["Qg"], c64["Wm"], c64["GC"], do_c.double(), dS.double(),
-                    operand_dtype=torch.bfloat16)
-        row = dict(V=V, T=T, B=B, H=H, erase=erase, chunks=int(Bc * Hc * N),
+                    operand_dtype=torch.bfloat16, split=split)
+        row = dict(V=V, T=T, B=B, H=H, erase=erase, split=split, chunks=int(Bc * Hc * N),
                    finite=all(bool(torch.isfinite(x).all()) for x in runs[0]),
                    bitwise_3runs=all(torch.equal(x, y) for r in runs[1:] for x, y in zip(runs[0], r, strict=True)))
         ok = row["finite"] and row["bitwise_3runs"]
@@ -623,6 +623,16 @@ def k1_wgmma_stage(out, quick):
                         + (dSF,))
         med, lo, hi = events_median(lambda s, N=N: launch(*s, N), sets)
         row.update(wgmma_ms=med, wgmma_spread_ms=[lo, hi])
+        # split-operand mode, its operands prepared before timing (as the hybrid-tc backend hands them over)
+        split_sets = [tuple(x.to(torch.bfloat16) for x in s_[:6]) + (s_[6],)
+                      + tuple((x.float() - x.to(torch.bfloat16).float()).to(torch.bfloat16) for x in (s_[0], s_[2]))
+                      for s_ in sets]
+        if DEV != "cpu":
+            med_s, lo_s, hi_s = events_median(
+                lambda s, N=N: launch(*s[:7], N, split=True, P_lo=s[7], Qg_lo=s[8]), split_sets)
+            row.update(wgmma_split_ms=med_s, wgmma_split_spread_ms=[lo_s, hi_s])
+            med_b, _, _ = events_median(lambda s, N=N: launch(*s[:7], N), split_sets)
+            row["wgmma_bf16_in_ms"] = med_b  # the same kernel on bf16 inputs: no casts inside the timing
         if DEV != "cpu":
             from kernels.gdn.native.api import k1_launch
 

@@ -84,18 +84,20 @@ def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
     return dSN.view(B, H, N, K, V), dd.view(B, H, N, C, V), dS0.view(B, H, K, V)
 
 
-def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
+def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int, *, split: bool = False, P_lo=None, Qg_lo=None):
     """Run the Hopper tensor-core K1 (:mod:`.k1_hopper_wgmma`; executed on the H200, docs/native.md) on
     flattened CUDA tensors, chunk l = bh * n_chunks + n: P ``[L,C,C]``, Kend/Qg/Wm ``[L,C,K]``, dO ``[L,C,V]``
     (cast to bf16, the kernel's operand type), GC ``[L,K]`` and dS_final ``[BH,K,V]`` (float32; None: zero).
-    ``Wm`` None means no erase. Returns float32 (dSN ``[L,K,V]``, dd ``[L,C,V]``, dS0 ``[BH,K,V]``)."""
+    ``Wm`` None means no erase. ``split``: P and Qg enter as bf16 (hi, lo) pairs, the kernel's split-operand
+    mode; the remainders are ``P_lo`` / ``Qg_lo`` when given (bf16, P and Qg then being the bf16 hi parts), else
+    computed here from float32 P and Qg. Returns float32 (dSN ``[L,K,V]``, dd ``[L,C,V]``, dS0 ``[BH,K,V]``)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass.cute.runtime import from_dlpack
     from cutlass.torch import current_stream
 
     from .k1_hopper_wgmma import ReverseScanHopperWgmma
-    from .k1_views import K1_VIEWS
+    from .k1_views import K1_LO_VIEWS, K1_VIEWS
 
     L, C, K = Kend.shape
     V = dO.shape[-1]
@@ -108,7 +110,10 @@ def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
     def bf(x):
         return x.to(torch.bfloat16).contiguous()
 
+    if split and P_lo is None:
+        P_lo, Qg_lo = (x.float() - bf(x).float() for x in (P, Qg))
     P16, Ke16, Qg16, DO16 = bf(P), bf(Kend), bf(Qg), bf(dO)
+    Plo16, Qglo16 = (bf(P_lo), bf(Qg_lo)) if split else (P16, Qg16)  # unread without split
     Wm16 = bf(Wm) if has_erase else Qg16  # never read without erase (a compile-time flag)
     GCf = GC.float().contiguous()
     dSFf = dSF.float().contiguous() if has_dsf else torch.zeros(BH, K, V, device=dev)
@@ -116,13 +121,13 @@ def k1_wgmma_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks: int):
     dd = torch.empty(L, C, V, device=dev, dtype=torch.float32)
     dS0 = torch.empty(BH, K, V, device=dev, dtype=torch.float32)
     # the kernels' operand views of this storage (.k1_views): transposed uses are strided views, not copies
-    storage = [P16, Ke16, DO16, Qg16, Wm16, GCf, dSFf, dSN, dd, dS0]
+    storage = [P16, Ke16, DO16, Qg16, Wm16, GCf, dSFf, dSN, dd, dS0, Plo16, Qglo16]
     args = [from_dlpack(t.permute(*perm), assumed_align=16)
-            for t, (_, _, _, perm) in zip(storage, K1_VIEWS, strict=True)]
+            for t, (_, _, _, perm) in zip(storage, K1_VIEWS + K1_LO_VIEWS, strict=True)]
     stream = current_stream()
-    key = ("k1_wgmma", L, n_chunks, C, K, V, has_erase, has_dsf, dev.index)
+    key = ("k1_wgmma", L, n_chunks, C, K, V, has_erase, has_dsf, split, dev.index)
     if key not in _CACHE:
-        kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=has_erase, has_dsf=has_dsf)
+        kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=has_erase, has_dsf=has_dsf, split=split)
         _CACHE[key] = cute.compile(kern, *args, cutlass.Int32(n_chunks), stream)
     _CACHE[key](*args, cutlass.Int32(n_chunks), stream)
     return dSN, dd, dS0
@@ -171,20 +176,22 @@ def scan_for_triton_ctx(doi, ctx, dS_final=None, *, native=True):
     return dSn.contiguous(), dd.reshape(B, H, N * C, V).contiguous(), dS0.contiguous()
 
 
-def wgmma_scan_for_triton_ctx(doi, ctx, dS_final=None, *, k1=None):
-    """K1 for the ``hybrid-tc`` backend: the Hopper tensor-core K1 (bf16 operands, fp32 accumulation) on operands
-    built by one Triton kernel (:mod:`.k1_operands`); same contract as :func:`scan_for_triton_ctx`. ``k1`` stands
-    in for :func:`k1_wgmma_launch` (same arguments and returns), e.g. a float64 replay in the CPU tests."""
+def wgmma_scan_for_triton_ctx(doi, ctx, dS_final=None, *, split: bool = True, k1=None):
+    """K1 for the ``hybrid-tc`` backend: the Hopper tensor-core K1 (bf16 operands, fp32 accumulation; ``split``:
+    P and Qg as bf16 hi/lo pairs) on operands built by one Triton kernel (:mod:`.k1_operands`); same contract as
+    :func:`scan_for_triton_ctx`. ``k1`` stands in for :func:`k1_wgmma_launch` (same arguments and returns), e.g.
+    a float64 replay in the CPU tests."""
     from .k1_operands import k1_operands
 
-    P, Kend, Qg, Wm, GC, dO = k1_operands(doi, ctx)
+    P, Kend, Qg, Wm, GC, dO, P_lo, Qg_lo = k1_operands(doi, ctx, split=split)
     B, H, N, C, K = Qg.shape
     V = dO.shape[-1]
     L = B * H * N
     dSF = None if dS_final is None else dS_final.reshape(B * H, K, V)
+    lo = dict(split=True, P_lo=P_lo.view(L, C, C), Qg_lo=Qg_lo.view(L, C, K)) if split else {}
     dSN, dd, dS0 = (k1 or k1_wgmma_launch)(P.view(L, C, C), Kend.view(L, C, K), Qg.view(L, C, K),
                                           None if Wm is None else Wm.view(L, C, K), GC.view(L, K),
-                                          dO.view(L, C, V), dSF, N)
+                                          dO.view(L, C, V), dSF, N, **lo)
     return dSN.view(B, H, N, K, V), dd.view(B, H, N * C, V), dS0.view(B, H, K, V)
 
 

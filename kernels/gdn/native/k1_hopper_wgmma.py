@@ -32,15 +32,17 @@ KM = LayoutEnum.ROW_MAJOR   # K-major operand
 MN = LayoutEnum.COL_MAJOR   # MN-major operand
 
 
-def expected_wgmma_count(K: int = 128, V: int = 128, C: int = 64, erase: bool = True) -> int:
+def expected_wgmma_count(K: int = 128, V: int = 128, C: int = 64, erase: bool = True, split: bool = False) -> int:
     """wgmma instructions per warpgroup in the chunk loop's body (static count in the PTX): one per 16 of each
-    product's reduction (the Blackwell K1's count)."""
-    return C // MMA_K + K // MMA_K + C // MMA_K + (C // MMA_K if erase else 0)
+    product's reduction (the Blackwell K1's count); ``split`` adds the remainder products P_lo^T dO and
+    Qg_lo^T dO."""
+    return (C // MMA_K + K // MMA_K + C // MMA_K + (C // MMA_K if erase else 0)
+            + (2 * (C // MMA_K) if split else 0))
 
 
-def smem_bytes(K: int = 128, V: int = 128, C: int = 64) -> int:
-    """The seven bf16 operand buffers: P, Kend, dO, Qg, Wm (TMA) and the dS, -dd copies."""
-    return 2 * (C * C + C * K + V * C + K * C + K * C + V * K + V * C)
+def smem_bytes(K: int = 128, V: int = 128, C: int = 64, split: bool = False) -> int:
+    """The bf16 operand buffers: P, Kend, dO, Qg, Wm (TMA) and the dS, -dd copies; P_lo, Qg_lo with ``split``."""
+    return 2 * (C * C + C * K + V * C + K * C + K * C + V * K + V * C + ((C * C + K * C) if split else 0))
 
 
 def _rows_view(s):
@@ -51,18 +53,23 @@ def _rows_view(s):
 class ReverseScanHopperWgmma:
     """Compile-time configuration (K, V, C, erase, dS_final given)."""
 
-    def __init__(self, K: int = 128, V: int = 128, C: int = 64, has_erase: bool = True, has_dsf: bool = True):
+    def __init__(self, K: int = 128, V: int = 128, C: int = 64, has_erase: bool = True, has_dsf: bool = True,
+                 split: bool = False):
         if K != 128 or C != 64:
             raise ValueError("written for K = 128 (two 64-row wgmma atoms) and chunk C = 64")
         if V not in (64, 128):
             raise ValueError("V must be 64 or 128")
         self.K, self.V, self.C = K, V, C
         self.has_erase, self.has_dsf = has_erase, has_dsf
+        # split: P and Qg arrive as bf16 pairs (hi, lo = x - hi), so P^T dO and Qg^T dO -- whose other operand,
+        # dO, is exact in bf16 for bf16 models -- lose ~16 bits instead of ~8. On GDN data the rounding of P
+        # dominates dd's error and that of Qg dominates dS0's (docs/native.md).
+        self.split = split
 
     @cute.jit
     def __call__(self, mP: cute.Tensor, mKend: cute.Tensor, mDO: cute.Tensor, mQg: cute.Tensor, mWm: cute.Tensor,
                  mGC: cute.Tensor, mDSF: cute.Tensor, mDSN: cute.Tensor, mDD: cute.Tensor, mDS0: cute.Tensor,
-                 n_chunks: cutlass.Int32, stream):
+                 mPlo: cute.Tensor, mQglo: cute.Tensor, n_chunks: cutlass.Int32, stream):
         """Views as :class:`.k1_blackwell_scan.ReverseScanBlackwell` (bf16 operands over per-chunk row-major
         storage, chunk l = bh * N + n; float32 GC, dS_final and outputs)."""
         K, V, C = self.K, self.V, self.C
@@ -96,8 +103,10 @@ class ReverseScanHopperWgmma:
         tKe, gKe = tma(mKend, "Kend", (C, K))
         tQg, gQg = tma(mQg, "Qg", (K, C))
         tWm, gWm = tma(mWm, "Wm", (K, C))
+        tPlo, gPlo = tma(mPlo, "P", (C, C))
+        tQglo, gQglo = tma(mQglo, "Qg", (K, C))
         BH = mDS0.shape[2]
-        self.kernel(mma_pa, mma_pb, mma_ds, tP, gP, tDO, gDO, tKe, gKe, tQg, gQg, tWm, gWm,
+        self.kernel(mma_pa, mma_pb, mma_ds, tP, gP, tDO, gDO, tKe, gKe, tQg, gQg, tWm, gWm, tPlo, gPlo, tQglo, gQglo,
                     mGC, mDSF, mDSN, mDD, mDS0, n_chunks,
                     lay["P"], lay["DO"], lay["Kend"], lay["S"], lay["Qg"], lay["Wm"], lay["D"]).launch(
             grid=[1, 1, BH], block=[THREADS, 1, 1], stream=stream)
@@ -106,7 +115,8 @@ class ReverseScanHopperWgmma:
     def kernel(self, mma_pa: cute.TiledMma, mma_pb: cute.TiledMma, mma_ds: cute.TiledMma,
                tP: cute.CopyAtom, gP: cute.Tensor, tDO: cute.CopyAtom, gDO: cute.Tensor,
                tKe: cute.CopyAtom, gKe: cute.Tensor, tQg: cute.CopyAtom, gQg: cute.Tensor,
-               tWm: cute.CopyAtom, gWm: cute.Tensor,
+               tWm: cute.CopyAtom, gWm: cute.Tensor, tPlo: cute.CopyAtom, gPlo: cute.Tensor,
+               tQglo: cute.CopyAtom, gQglo: cute.Tensor,
                mGC: cute.Tensor, mDSF: cute.Tensor, mDSN: cute.Tensor, mDD: cute.Tensor, mDS0: cute.Tensor,
                n_chunks: cutlass.Int32,
                lP: cute.ComposedLayout, lDO: cute.ComposedLayout, lKe: cute.ComposedLayout,
@@ -130,6 +140,9 @@ class ReverseScanHopperWgmma:
             return smem.allocate_tensor(element_type=bf, layout=lay.outer, byte_alignment=128, swizzle=lay.inner)
 
         sP, sDO, sKe, sS, sQg, sWm, sD = sbuf(lP), sbuf(lDO), sbuf(lKe), sbuf(lS), sbuf(lQg), sbuf(lWm), sbuf(lD)
+        sPlo, sQglo = sP, sQg  # replaced below in split mode; unread otherwise
+        if cutlass.const_expr(self.split):
+            sPlo, sQglo = sbuf(lP), sbuf(lQg)
         ld_bar = st.ld_bar.data_ptr()
         if warp == 0:
             for d in (tP, tDO, tKe, tQg, tWm):
@@ -138,6 +151,8 @@ class ReverseScanHopperWgmma:
                 cute.arch.mbarrier_init(ld_bar, 1)
             cute.arch.mbarrier_init_fence()
         loaded = (lP, lDO, lKe, lQg, lWm) if cutlass.const_expr(self.has_erase) else (lP, lDO, lKe, lQg)
+        if cutlass.const_expr(self.split):
+            loaded = loaded + (lP, lQg)
         load_bytes = 0
         for lay in loaded:
             load_bytes += cute.size_in_bytes(bf, cute.slice_(lay, (None, None, 0)))
@@ -166,6 +181,7 @@ class ReverseScanHopperWgmma:
 
         pP, pDO, pKe = tma_parts(tP, gP, sP, (C, C)), tma_parts(tDO, gDO, sDO, (V, C)), tma_parts(tKe, gKe, sKe, (C, K))
         pQg, pWm = tma_parts(tQg, gQg, sQg, (K, C)), tma_parts(tWm, gWm, sWm, (K, C))
+        pPlo, pQglo = tma_parts(tPlo, gPlo, sPlo, (C, C)), tma_parts(tQglo, gQglo, sQglo, (K, C))
 
         # operand fragments (warpgroup slices) and per-thread accumulator partitions
         wpa, wpb, wds = mma_pa.get_slice(wg * 128), mma_pb.get_slice(wg * 128), mma_ds.get_slice(wg * 128)
@@ -173,6 +189,7 @@ class ReverseScanHopperWgmma:
         rKe, rS = mma_pb.make_fragment_A(wpb.partition_A(sKe)), mma_pb.make_fragment_B(wpb.partition_B(sS))
         rQg, rDOc = mma_ds.make_fragment_A(wds.partition_A(sQg)), mma_ds.make_fragment_B(wds.partition_B(sDO))
         rWm, rD = mma_ds.make_fragment_A(wds.partition_A(sWm)), mma_ds.make_fragment_B(wds.partition_B(sD))
+        rPlo, rQglo = mma_pa.make_fragment_A(wpa.partition_A(sPlo)), mma_ds.make_fragment_A(wds.partition_A(sQglo))
         tds, tdd = mma_ds.get_slice(tidx), mma_pa.get_slice(tidx)
         cS = tds.partition_C(cute.make_identity_tensor((K, V)))
         accS = cute.make_rmem_tensor(cS.shape, f32)
@@ -207,9 +224,14 @@ class ReverseScanHopperWgmma:
                 cute.copy(tQg, pQg[1][(None, ch)], pQg[0][(None, 0)], tma_bar_ptr=ld_bar)
                 if cutlass.const_expr(self.has_erase):
                     cute.copy(tWm, pWm[1][(None, ch)], pWm[0][(None, 0)], tma_bar_ptr=ld_bar)
+                if cutlass.const_expr(self.split):
+                    cute.copy(tPlo, pPlo[1][(None, ch)], pPlo[0][(None, 0)], tma_bar_ptr=ld_bar)
+                    cute.copy(tQglo, pQglo[1][(None, ch)], pQglo[0][(None, 0)], tma_bar_ptr=ld_bar)
             cute.arch.mbarrier_wait(ld_bar, i % 2)
             warpgroup.fence()
             _wgmma(mma_pa, accD, rP, rDOa, False)
+            if cutlass.const_expr(self.split):
+                _wgmma(mma_pa, accD, rPlo, rDOa, True)
             _wgmma(mma_pb, accD, rKe, rS, True)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
@@ -222,6 +244,8 @@ class ReverseScanHopperWgmma:
             # ---- round 4: Pc, Pd onto dS ----
             warpgroup.fence()
             _wgmma(mma_ds, accS, rQg, rDOc, True)
+            if cutlass.const_expr(self.split):
+                _wgmma(mma_ds, accS, rQglo, rDOc, True)
             if cutlass.const_expr(self.has_erase):
                 _wgmma(mma_ds, accS, rWm, rD, True)
             warpgroup.commit_group()
@@ -239,10 +263,11 @@ def compile_fake(cfg: dict):
 
     BH, N, V = cfg.get("BH", 2), cfg.get("N", 4), cfg["V"]
     K, C = cfg.get("K", 128), cfg.get("C", 64)
-    erase, dsf = cfg.get("erase", True), cfg.get("dsf", True)
-    kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=erase, has_dsf=dsf)
-    fn = cute.compile(kern, *fake_args(BH * N, BH, C, K, V), cutlass.Int32(N), make_fake_stream())
-    return fn, {"threads": THREADS, "has_erase": erase, "has_dsf": dsf, "smem_operand_bytes": smem_bytes(K, V, C),
-                "expected_wgmma": expected_wgmma_count(K, V, C, erase),
+    erase, dsf, split = cfg.get("erase", True), cfg.get("dsf", True), cfg.get("split", False)
+    kern = ReverseScanHopperWgmma(K=K, V=V, C=C, has_erase=erase, has_dsf=dsf, split=split)
+    fn = cute.compile(kern, *fake_args(BH * N, BH, C, K, V, lo=True), cutlass.Int32(N), make_fake_stream())
+    return fn, {"threads": THREADS, "has_erase": erase, "has_dsf": dsf, "split": split,
+                "smem_operand_bytes": smem_bytes(K, V, C, split),
+                "expected_wgmma": expected_wgmma_count(K, V, C, erase, split),
                 "what": "K1 on Hopper tensor cores: TMA loads, wgmma (bf16 operands, fp32 accumulation), dS in "
                         "registers across the chunk loop; compiled, not yet executed"}

@@ -23,12 +23,20 @@ K1_VIEWS = (
     ("dS0", "f32", ("BH", "K", "V"), (1, 2, 0)),
 )
 
+# The Hopper wgmma kernel's two extra arguments after those: the bf16 remainders P - bf16(P) and Qg - bf16(Qg),
+# read like P and Qg (its split-operand mode; unread otherwise).
+K1_LO_VIEWS = (
+    ("P_lo", "bf16", ("L", "C", "C"), (2, 1, 0)),
+    ("Qg_lo", "bf16", ("L", "C", "K"), (2, 1, 0)),
+)
 
-def view_shapes(L: int, BH: int, C: int, K: int, V: int) -> list[tuple[str, str, tuple, tuple]]:
-    """(name, kind, view shape, view strides) of every argument, in the kernels' order."""
+
+def view_shapes(L: int, BH: int, C: int, K: int, V: int, lo: bool = False) -> list[tuple[str, str, tuple, tuple]]:
+    """(name, kind, view shape, view strides) of every argument, in the kernels' order (``lo``: with the Hopper
+    kernel's two remainder arguments)."""
     dims = {"L": L, "BH": BH, "C": C, "K": K, "V": V}
     out = []
-    for name, kind, spec, perm in K1_VIEWS:
+    for name, kind, spec, perm in K1_VIEWS + (K1_LO_VIEWS if lo else ()):
         shape = tuple(dims[d] for d in spec)
         stride, acc = [0] * len(shape), 1
         for i in reversed(range(len(shape))):  # contiguous storage
@@ -37,11 +45,11 @@ def view_shapes(L: int, BH: int, C: int, K: int, V: int) -> list[tuple[str, str,
     return out
 
 
-def fake_args(L: int, BH: int, C: int, K: int, V: int) -> list:
+def fake_args(L: int, BH: int, C: int, K: int, V: int, lo: bool = False) -> list:
     """CuTe DSL fake tensors of every argument (ahead-of-time compiles, no GPU)."""
     import cutlass
     from cutlass.cute.runtime import make_fake_tensor
 
     dt = {"bf16": cutlass.BFloat16, "f32": cutlass.Float32}
     return [make_fake_tensor(dt[kind], shape, stride, assumed_align=16)
-            for _, kind, shape, stride in view_shapes(L, BH, C, K, V)]
+            for _, kind, shape, stride in view_shapes(L, BH, C, K, V, lo)]

@@ -62,7 +62,9 @@ REPORTS = {
                  dict(kernel="k1_scan", V=128, erase=False, dsf=False)], "native-k1-scan-blackwell-aot", "sm_100a"),
     "k1_wgmma": ("k1_hopper_wgmma_aot",
                  [dict(kernel="k1_wgmma", V=64), dict(kernel="k1_wgmma", V=128),
-                  dict(kernel="k1_wgmma", V=128, erase=False, dsf=False)], "native-k1-wgmma-hopper-aot", "sm_90a"),
+                  dict(kernel="k1_wgmma", V=128, erase=False, dsf=False),
+                  dict(kernel="k1_wgmma", V=64, split=True), dict(kernel="k1_wgmma", V=128, split=True)],
+                 "native-k1-wgmma-hopper-aot", "sm_90a"),
 }
 STATUS = {"sm_100a": "compiled, not executed (no B200)",
           "sm_90a": "compiled, not yet executed (written after the H200 time was spent)"}

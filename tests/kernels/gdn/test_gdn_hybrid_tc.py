@@ -75,8 +75,11 @@ def test_fused_tail_casts_to_the_input_dtype_once():
 def test_k1_operands_are_the_rebuilt_operands_rounded_to_bf16(erase):
     ctx = _forward(48, erase)
     doi = torch.randn(1, 2, 48, 32, generator=torch.Generator().manual_seed(6))
-    P, Kend, Qg, Wm, GC, dO = k1_operands(doi, ctx)
+    P, Kend, Qg, Wm, GC, dO, P_lo, Qg_lo = k1_operands(doi, ctx, split=True)
     rP, rKend, rQg, rGC, rWm = scan_operands_from_triton_ctx(ctx)
+    for name, hi, lo, ref in (("P", P, P_lo, rP), ("Qg", Qg, Qg_lo, rQg)):  # hi + lo: ~16 bits, not ~8
+        assert lo.dtype == torch.bfloat16 and rel_err(hi.double() + lo.double(), ref) < 2**-14, name
+    assert k1_operands(doi, ctx)[6:] == (None, None)
     for name, got, ref in (("P", P, rP), ("Kend", Kend, rKend), ("Qg", Qg, rQg)):
         assert got.dtype == torch.bfloat16 and got.shape == ref.shape, name
         assert within_one_bf16_step(got, ref, slack=1e-6), name  # one bf16 rounding of the same float32 value
@@ -89,8 +92,10 @@ def test_k1_operands_are_the_rebuilt_operands_rounded_to_bf16(erase):
         assert Wm is None
 
 
-def _replay_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks):
+def _replay_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks, split=False, P_lo=None, Qg_lo=None):
     """Stand-in for api.k1_wgmma_launch: the kernel's float64 replay on the flattened operands it is handed."""
+    if split:
+        P, Qg = P.double() + P_lo.double(), Qg.double() + Qg_lo.double()
     L, C, K = Kend.shape
     V = dO.shape[-1]
     BH = L // n_chunks
@@ -103,14 +108,14 @@ def _replay_launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks):
     return dSN.float().reshape(L, K, V), dd.float().reshape(L, C, V), dS0.float().reshape(BH, K, V)
 
 
-@pytest.mark.parametrize("erase,final", [(True, True), (False, False)])
-def test_tensor_core_scan_plumbing_matches_the_float32_scan_within_bf16(erase, final):
+@pytest.mark.parametrize("erase,final,split", [(True, True, True), (False, False, True), (True, False, False)])
+def test_tensor_core_scan_plumbing_matches_the_float32_scan_within_bf16(erase, final, split):
     ctx = _forward(64, erase)
     gen = torch.Generator().manual_seed(7)
     doi = torch.randn(1, 2, 64, 32, generator=gen)
     dS = torch.randn(1, 2, 16, 32, generator=gen) if final else None
     ref = scan_for_triton_ctx(doi, ctx, dS, native=False)
-    got = wgmma_scan_for_triton_ctx(doi, ctx, dS, k1=_replay_launch)
+    got = wgmma_scan_for_triton_ctx(doi, ctx, dS, split=split, k1=_replay_launch)
     for name, a, c in zip(("dS_next", "dd", "dS0"), ref, got, strict=True):
         assert c.shape == a.shape and c.dtype == torch.float32, name
         # bf16 operands: a few bf16 roundings (2^-9 each) accumulate over 4 chunks; a misplaced chunk or head

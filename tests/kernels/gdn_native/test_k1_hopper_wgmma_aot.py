@@ -4,7 +4,8 @@ Checked from the generated code for d_v in {64, 128} with erase and dS_final, an
 sm_90a and uses wgmma only (no tcgen05, no mma.sync); the wgmma count in the chunk loop equals what K1's products
 imply (derived here from their reductions, one instruction per 16) and the SASS has as many HGMMA; the operands
 arrive by TMA (UTMALDG); shared memory fits the 227 KB opt-in limit; the cubin neither spills nor uses local
-memory. The product order is the Blackwell K1's, checked in float64 by test_k1_scan_model.py; execution on the
+memory. Also in split-operand mode (P and Qg as bf16 hi/lo pairs: two more products). The product order is the
+Blackwell K1's, checked in float64 by test_k1_scan_model.py; execution on the
 H200 is pending (tests/kernels/gdn_native/test_native_gpu.py has the GPU check).
 """
 
@@ -18,25 +19,27 @@ SMEM_OPTIN = 232448
 K, C = 128, 64
 
 
-def _expected(erase):
+def _expected(erase, split=False):
     reductions = [C, K, C] + ([C] if erase else [])   # P^T dO, Kend dS, Qg^T dO, Wm^T (-dd)
+    reductions += [C, C] if split else []              # P_lo^T dO, Qg_lo^T dO
     return sum(r // 16 for r in reductions)
 
 
-@pytest.fixture(scope="module", params=[(64, True), (128, True), (128, False)],
-                ids=lambda p: f"dv{p[0]}-{'erase' if p[1] else 'plain'}")
+@pytest.fixture(scope="module", params=[(64, True, False), (128, True, False), (128, False, False), (128, True, True),
+                                        (64, False, True)],
+                ids=lambda p: f"dv{p[0]}-{'erase' if p[1] else 'plain'}{'-split' if p[2] else ''}")
 def report(request):
     from kernels.gdn.native.k2_aot import compile_report
 
-    V, erase = request.param
-    return compile_report(dict(kernel="k1_wgmma", V=V, erase=erase, dsf=erase), arch="sm_90a")
+    V, erase, split = request.param
+    return compile_report(dict(kernel="k1_wgmma", V=V, erase=erase, dsf=erase, split=split), arch="sm_90a")
 
 
 def test_targets_sm90a_with_wgmma_only_and_the_expected_count(report):
     pc, cfg, sass = report["ptx_counts"], report["cfg"], report["cubin"]["sass_ops"]
     assert report["ptx_target"] == "sm_90a" and report["kernel"] == "k1_hopper_wgmma"
     assert pc["tcgen05_mma"] == 0 and pc["mma_sync"] == 0
-    assert pc["wgmma"] == _expected(cfg["erase"]) == report["expected_wgmma"]
+    assert pc["wgmma"] == _expected(cfg["erase"], cfg.get("split", False)) == report["expected_wgmma"]
     assert sum(v for k, v in sass.items() if k.startswith("HGMMA")) == pc["wgmma"]
 
 

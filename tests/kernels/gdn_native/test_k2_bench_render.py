@@ -75,7 +75,11 @@ def test_dry_run_k1_wgmma_stage(tmp_path):
     out, stdout = _run_bench(tmp_path, "--stages", "ceilings,k1_wgmma")
     assert "k1_wgmma_error" not in out, out.get("k1_wgmma_error")
     rows = out["k1_wgmma_correctness"]
-    assert [(r["V"], r["erase"]) for r in rows] == [(128, True), (64, False)] and all(r["passed"] for r in rows)
+    assert [(r["V"], r["erase"], r["split"]) for r in rows] == [(128, True, False), (64, False, False),
+                                                                 (128, True, True), (64, False, True)]
+    assert all(r["passed"] for r in rows)
     assert all(0 < r["dd_rel_vs_f64"] < 1e-2 for r in rows)  # bf16 operands: rounding-sized, not zero, not wrong
+    # split operands (P and Qg as hi/lo pairs) remove the dominant rounding of dd
+    assert rows[2]["dd_rel_vs_f64"] < rows[0]["dd_rel_vs_f64"] and rows[3]["dd_rel_vs_f64"] < rows[1]["dd_rel_vs_f64"]
     t = out["k1_wgmma_timing"][0]
     assert t["wgmma_ms"] > 0 and t["floor_bytes_ms"] > 0 and "stage k1_wgmma" in stdout

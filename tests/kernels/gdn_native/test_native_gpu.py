@@ -151,9 +151,9 @@ def test_hybrid_backward_matches_triton_and_is_bitwise_repeatable(V, erase):
         assert all((x is None and y is None) or torch.equal(x, y) for x, y in zip(runs[0], again, strict=True))
 
 
-@pytest.mark.parametrize("V,erase", [(128, True), (64, False)])
-def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase):
-    """The Hopper tensor-core K1 (bf16 operands, fp32 accumulation; NOT yet run when written): every output
+@pytest.mark.parametrize("V,erase,split", [(128, True, False), (64, False, False), (128, True, True), (64, False, True)])
+def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase, split):
+    """The Hopper tensor-core K1 (bf16 operands, fp32 accumulation; split: P and Qg as bf16 hi/lo pairs): every output
     finite and written (NaN-free), no further from float64 K1 than 2x the float64 replay of its own bf16 roundings
     (k1_scan_model.model with operand_dtype=bf16) + 1e-4, and bitwise identical over 3 runs."""
     from kernels.gdn.native.api import k1_wgmma_launch
@@ -172,13 +172,13 @@ def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase):
     def run():
         return k1_wgmma_launch(flat(ctx["P"], C, C), flat(ctx["Kend"], C, K), flat(ctx["Qg"], C, K),
                                None if ctx["Wm"] is None else flat(ctx["Wm"], C, K), flat(ctx["GC"], K),
-                               flat(do_c, C, V), dS.reshape(B * H, K, V), N)
+                               flat(do_c, C, V), dS.reshape(B * H, K, V), N, split=split)
 
     outs = [run() for _ in range(3)]
     d64 = {k: (x.double() if torch.is_tensor(x) else x) for k, x in ctx.items()}
     ref = chunked.reverse_state_scan(do_c.double(), d64, dS.double())
     bfm = model(d64["P"], d64["Kend"], d64["Qg"], d64["Wm"], d64["GC"], do_c.double(), dS.double(),
-                operand_dtype=torch.bfloat16)
+                operand_dtype=torch.bfloat16, split=split)
     for name, a, r, m in zip(("dS_next", "dd", "dS0"), outs[0], ref, bfm, strict=True):
         a = a.reshape(r.shape)
         assert torch.isfinite(a).all(), name
