@@ -202,6 +202,14 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     prof_rows.sort(key=lambda s: s.get("kernel_sum_ms", 0))
     row["profile"] = prof_rows[len(prof_rows) // 2]
     row["profile_reps"] = len(prof_rows)
+    # the forward's kernels, once (where a fwd+bwd gap comes from)
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        fwd()
+        sync()
+    want = torch.autograd.DeviceType.CUDA if cuda else torch.autograd.DeviceType.CPU
+    row["fwd_profile"] = kernel_summary([e for e in prof.events()
+                                         if e.device_type == want and (cuda or e.cpu_parent is None)])
     row["status"] = "ok"
     return row, grads
 

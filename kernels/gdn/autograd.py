@@ -11,7 +11,7 @@ chunked forward and the explicit chunked backward of the chosen backend:
   refused with an explicit error when none is registered;
 * ``"hybrid"`` -- the Triton forward and intra-chunk backward with the native reverse state scan (K1), also
   from ``NATIVE_BACKENDS`` (:class:`kernels.gdn.native.backend.HybridGDN`);
-* ``"hybrid-tc"`` -- as ``"hybrid"`` with K1 on Hopper tensor cores for bf16 / fp16 inputs and the backward's
+* ``"hybrid-tc"`` -- as ``"hybrid"`` with K1 on Hopper tensor cores for bf16 inputs and the backward's
   tail fused (:class:`kernels.gdn.native.backend.HybridTensorCoreGDN`);
 * ``"auto"``   -- triton on CUDA tensors, torch otherwise.
 

@@ -112,9 +112,10 @@ def render_ladder(ladder: dict, fla: dict | None, md_path, tex_path):
         notes.append(f"Determinism: every arm ran {runs} times; outputs and gradients bitwise identical in all "
                      f"arms: {'yes' if rep else 'no'} (an arm passes only if they are).")
         if backend == "hybrid-tc":
-            notes.append("K1 reads bf16 operands (fp32 accumulation), as fla's backward does: the arms that miss "
-                         "the pin are that rounding; fla 0.6.0's own errors against the same kind of oracle are in "
-                         "table gdn-fla-compare.")
+            notes.append("K1 runs on bf16 tensor cores with fp32 accumulation, P and Qg entering as bf16 hi/lo "
+                         "pairs (results/gdn/ladder_hybrid_tc_c31e78f_unsplit.json keeps the run before that "
+                         "split, with single bf16 roundings); fla 0.6.0's own errors against the same kind of "
+                         "oracle are in table gdn-fla-compare.")
             return render_table(ladder_rows(ladder, fla), LADDER_COLUMNS,
                                 "GDN-family verification ladder on the H200, hybrid-tc backend (Triton forward "
                                 "and intra-chunk backward; K1, the reverse state scan, on Hopper tensor cores: "

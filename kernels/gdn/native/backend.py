@@ -7,7 +7,7 @@ torch. float64 inputs (the oracle-precision check) and CPU tensors keep the torc
 kernels are float32 GPU kernels.
 
 ``HybridGDN`` (``backend="hybrid"``) keeps the Triton forward and intra-chunk backward and swaps in the native K1;
-``HybridTensorCoreGDN`` (``backend="hybrid-tc"``) swaps in the tensor-core K1 for bf16 / fp16 inputs and fuses the
+``HybridTensorCoreGDN`` (``backend="hybrid-tc"``) swaps in the tensor-core K1 for bf16 inputs and fuses the
 backward's tail.
 
 Hook for :mod:`kernels.gdn.autograd`::
@@ -81,15 +81,15 @@ class HybridTensorCoreGDN:
     (:mod:`.k1_hopper_wgmma`, operands from one Triton kernel, :mod:`.k1_operands`) and the backward's tail in
     one Triton kernel (``fused_tail``).
 
-    Precision contract: K1 reads its operands in bf16 (fp32 accumulation, dS in fp32 throughout), as fla's
-    backward does, so the tensor-core K1 is used only for bf16 / fp16 inputs, which carry no more precision
-    than that; float32 inputs get the float32 SIMT K1 (:class:`HybridGDN`'s), and shapes the wgmma kernel is not
-    written for (d_k != 128, chunk != 64, d_v not 64/128) too. On CPU tensors the Triton scan stays."""
+    Precision contract: K1 runs on bf16 tensor cores with fp32 accumulation and dS in fp32 throughout; dO enters
+    in bf16 (exact for bf16 inputs), P and Qg as bf16 hi/lo pairs (about 16 bits; their single rounding put 3 of
+    14 bf16 ladder arms past the 5e-3 pin), Kend, W and the per-chunk dS / dd copies in bf16. So the tensor-core
+    K1 serves bf16 inputs only; float32 and fp16 inputs get the float32 SIMT K1 (:class:`HybridGDN`'s), and so
+    do shapes the wgmma kernel is not written for (d_k != 128, chunk != 64, d_v not 64/128). On CPU tensors the
+    Triton scan stays."""
 
     name = "hybrid-triton-wgmma-k1"
-    # P and Qg as bf16 hi/lo pairs in K1 (two more products): their single bf16 rounding is what put 3 of 14
-    # ladder arms past the 5e-3 pin (docs/native.md)
-    split_k1_operands = True
+    split_k1_operands = True  # P and Qg as bf16 hi/lo pairs (see the precision contract)
     forward = staticmethod(HybridGDN.forward)
 
     @staticmethod
@@ -100,8 +100,9 @@ class HybridTensorCoreGDN:
         if not saved["qi"].is_cuda:
             return "triton"
         K, V = saved["qi"].shape[-1], saved["ui"].shape[-1]
-        low = saved["dtype"] in (torch.bfloat16, torch.float16)
-        return "wgmma" if low and wgmma_supported(K, V, saved["C"]) else "simt"
+        # bf16 only: the kernel reads dO in bf16, exact for a bf16 model and a rounding for an fp16 one
+        bf16 = saved["dtype"] == torch.bfloat16
+        return "wgmma" if bf16 and wgmma_supported(K, V, saved["C"]) else "simt"
 
     @staticmethod
     def backward(do, saved, dS_final):

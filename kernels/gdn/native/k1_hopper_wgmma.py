@@ -1,5 +1,5 @@
-"""K1, the reverse-time state scan, on Hopper tensor cores (sm_90a: TMA + wgmma) -- compiled ahead of time, NOT yet
-executed (written after the session's H200 time was spent).
+"""K1, the reverse-time state scan, on Hopper tensor cores (sm_90a: TMA + wgmma), run on the H200 as the K1 of the
+``hybrid-tc`` backend (results/native/bench.json, docs/native.md).
 
 Same K1 as :mod:`.k1_hopper` (the SIMT float32 kernel that runs on the H200) and as :mod:`.k1_blackwell_scan`
 (its Blackwell twin, whose product order this kernel shares, so :func:`.k1_scan_model.model` replays both):
@@ -270,4 +270,4 @@ def compile_fake(cfg: dict):
                 "smem_operand_bytes": smem_bytes(K, V, C, split),
                 "expected_wgmma": expected_wgmma_count(K, V, C, erase, split),
                 "what": "K1 on Hopper tensor cores: TMA loads, wgmma (bf16 operands, fp32 accumulation), dS in "
-                        "registers across the chunk loop; compiled, not yet executed"}
+                        "registers across the chunk loop; compiled ahead of time (executed on the H200: results/native/bench.json)"}

@@ -142,6 +142,6 @@ def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu()
     cuda_like = functools.partial(dict, qi=type("T", (), {"is_cuda": True, "shape": (1, 1, 64, 128)})(),
                                   ui=type("T", (), {"shape": (1, 1, 64, 128)})(), C=64)
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.bfloat16)) == "wgmma"
-    assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.float16)) == "wgmma"
+    assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.float16)) == "simt"  # dO would not be exact
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.float32)) == "simt"
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.bfloat16, C=32)) == "simt"

@@ -1,12 +1,12 @@
-"""Ahead-of-time compile of the Hopper tensor-core K1 (sm_90a: TMA + wgmma) on the CPU -- compiled, not yet executed.
+"""Ahead-of-time compile of the Hopper tensor-core K1 (sm_90a: TMA + wgmma) on the CPU (executed on the H200: test_native_gpu.py).
 
 Checked from the generated code for d_v in {64, 128} with erase and dS_final, and d_v 128 without either: it targets
 sm_90a and uses wgmma only (no tcgen05, no mma.sync); the wgmma count in the chunk loop equals what K1's products
 imply (derived here from their reductions, one instruction per 16) and the SASS has as many HGMMA; the operands
 arrive by TMA (UTMALDG); shared memory fits the 227 KB opt-in limit; the cubin neither spills nor uses local
 memory. Also in split-operand mode (P and Qg as bf16 hi/lo pairs: two more products). The product order is the
-Blackwell K1's, checked in float64 by test_k1_scan_model.py; execution on the
-H200 is pending (tests/kernels/gdn_native/test_native_gpu.py has the GPU check).
+Blackwell K1's, checked in float64 by test_k1_scan_model.py; the GPU check is
+tests/kernels/gdn_native/test_native_gpu.py.
 """
 
 import pytest

@@ -226,7 +226,7 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
     _, _, ctx = triton_chunk_fwd(q, k, v, gate, b, w, None, C, S0)
     assert HYBRID_TC.k1_choice(ctx) == "wgmma"
     doi = to_internal(do, C)
-    P, Kend, Qg, Wm, GC, dO16 = k1_operands(doi, ctx)
+    P, Kend, Qg, Wm, GC, dO16, _, _ = k1_operands(doi, ctx)
     assert torch.equal(dO16, doi.reshape(dO16.shape).to(bf))
     rP, rKend, rQg, rGC, rWm = scan_operands_from_triton_ctx(ctx)
     for name, got, ref in (("P", P, rP), ("Kend", Kend, rKend), ("Qg", Qg, rQg), ("GC", GC, rGC)):
