@@ -205,4 +205,31 @@ def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
            "Commits: {shas}.").format(dev=dev, shas=", ".join(shas))
     if missing:
         cap += " Not profiled: " + "; ".join(missing) + "."
-    return _both(PROFILE_HEADER, rows, cap)
+    md, tex = _both(PROFILE_HEADER, rows, cap)
+    fmd, ftex = forward_profile_table(calls)
+    if fmd:
+        md, tex = md + "\n" + fmd, tex + "\n" + ftex
+    return md, tex
+
+
+def forward_profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
+    """The forward's kernels, from the rows that profiled one forward (``fwd_profile``): where a forward +
+    backward gap comes from. Empty strings when no row has one."""
+    rows = []
+    for name, doc, _ in calls:
+        for r in doc.get("rows", []):
+            fp = r.get("fwd_profile")
+            if r.get("status") != "ok" or not fp:
+                continue
+            top = ", ".join(f"{_short_kernel(k['name'])} {k['ms']:.2f}" for k in fp.get("top_kernels", [])[:4])
+            rows.append([name, r["impl"], r["member"], str(r["V"]), str(r["T"]), str(r["B"] * r["H"]),
+                         f"{r['fwd_bwd_wall_ms'] - r['bwd_wall_ms']:.3f}" if "fwd_bwd_wall_ms" in r else "-",
+                         str(fp.get("kernels", "-")), f"{fp.get('kernel_sum_ms', float('nan')):.3f}", top])
+    if not rows:
+        return "", ""
+    dev = next((d.get("device") for _, d, _ in calls if d.get("device")), "?")
+    cap = ("The forward's kernels on {dev} (same cells and inputs as the backward profile): fwd ms = fwd+bwd ms "
+           "minus bwd ms (both CUDA-event medians); kernels and kernel sum from one profiled forward; the "
+           "heaviest kernels with their ms.").format(dev=dev)
+    return _both(["call", "impl", "member", "d_v", "T", "B*H", "fwd ms", "kernels", "kernel sum ms",
+                  "heaviest kernels (ms)"], rows, cap)
