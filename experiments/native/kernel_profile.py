@@ -214,6 +214,20 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     return row, grads
 
 
+def floors(fc, member: str, B: int, T: int, V: int, ceilings: dict, H: int = 2, K: int = 128) -> dict:
+    """FLOPs and minimal bytes of the cell (the benchmark's count, fla_compare.chunk_counts: inputs and gradients
+    at bf16, every intermediate on chip) and the roofline floors of the backward and of forward + backward at
+    the measured bf16 matmul rate and copy bandwidth."""
+    c = fc.chunk_counts(member, B, H, T, K, V)
+    out = {"counts": {k: c[k] for k in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "bwd_bytes_with_states")}}
+    if ceilings.get("measured"):
+        tf, bw = ceilings["bf16_matmul_tflops"], ceilings["copy_tbps"]
+        out["bwd_floor_ms"] = fc.roofline_ms(c["bwd_flops"], c["bwd_bytes"], tf, bw)
+        out["fwd_bwd_floor_ms"] = fc.roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
+                                                 tf, bw)
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -244,8 +258,16 @@ def main(argv=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     rows, start = [], time.time()
 
+    # measured ceilings (the benchmark's own measurement), for the roofline floor of every row
+    from types import SimpleNamespace
+
+    probe = SimpleNamespace(device="cuda", ceilings={}, emit=lambda r: r)
+    fc.measure_ceilings(probe)
+    ceilings = probe.ceilings
+
     def save():
         doc = {"schema": "lethe.native.profile/1", "device": torch.cuda.get_device_name(), "rows": rows,
+               "ceilings": ceilings,
                "families": [f for f, _ in FAMILIES] + ["Triton", "other"],
                "seconds": round(time.time() - start, 1)}
         (out / "profile.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -278,6 +300,7 @@ def main(argv=None) -> dict:
                 ref = grads
                 if impl not in impls:
                     continue
+            row.update(floors(fc, member, B, T, V, ceilings))
             rows.append(row)
             p = row.get("profile", {})
             print(f"[{time.time() - start:6.1f}s] {cell} {impl}: {row.get('status')} wall {row.get('bwd_wall_ms')} ms "

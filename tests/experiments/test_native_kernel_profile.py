@@ -59,3 +59,14 @@ def test_profile_cell_runs_on_the_cpu_torch_path(prof):
     assert row["profile"]["kernels"] > 0 and row["profile"]["top_kernels"]
     again, _ = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, ref_grads=grads, device="cpu")
     assert again["status"] == "ok" and max(again["check_vs_ours_rel"].values()) == 0.0
+
+
+def test_floors_use_the_benchmark_counts_and_the_measured_ceilings(prof):
+    fc = prof._load("experiments/gdn/fla_compare.py", "fla_compare_for_profile_floor_test")
+    ceil = {"measured": True, "bf16_matmul_tflops": 800.0, "copy_tbps": 4.0}
+    f = prof.floors(fc, "gdn", 128, 4096, 128, ceil)
+    c = fc.chunk_counts("gdn", 128, 2, 4096, 128, 128)
+    assert f["counts"]["bwd_flops"] == c["bwd_flops"] and f["counts"]["bwd_bytes"] == c["bwd_bytes"]
+    want = max(c["bwd_flops"] / 800e12, c["bwd_bytes"] / 4e12) * 1e3
+    assert f["bwd_floor_ms"] == pytest.approx(want) and f["fwd_bwd_floor_ms"] > f["bwd_floor_ms"]
+    assert "bwd_floor_ms" not in prof.floors(fc, "gdn", 128, 4096, 128, {"measured": False})

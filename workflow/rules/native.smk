@@ -16,7 +16,9 @@ NATIVE_PROFILES = sorted(
               if os.path.isdir(os.path.join(workflow.basedir, "results/native/profile")) else [])
     if os.path.exists(os.path.join(workflow.basedir, "results/native/profile", d, "profile.json")))
 if NATIVE_PROFILES:
-    RENDER_TARGETS.extend(["paper/tables/native_profile.md", "paper/tables/native_profile.tex"])
+    RENDER_TARGETS.extend(["paper/tables/native_profile.md", "paper/tables/native_profile.tex",
+                           "paper/tables/native_vs_fla.md", "paper/tables/native_vs_fla.tex",
+                           "figures/native_vs_fla.png", "figures/native_vs_fla.pdf"])
 
 
 rule native_bench_table:
@@ -63,3 +65,19 @@ rule native_profile_table:
         "logs/native/profile_table.log",
     script:
         "../scripts/native_profile_render.py"
+
+
+rule native_vs_fla:
+    conda:
+        CONDA_ENV
+    input:
+        profiles=NATIVE_PROFILES,
+    output:
+        md="paper/tables/native_vs_fla.md",
+        tex="paper/tables/native_vs_fla.tex",
+        png="figures/native_vs_fla.png",
+        pdf="figures/native_vs_fla.pdf",
+    log:
+        "logs/native/vs_fla.log",
+    script:
+        "../scripts/native_vs_fla_render.py"

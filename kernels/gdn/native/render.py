@@ -233,3 +233,91 @@ def forward_profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str
            "heaviest kernels with their ms.").format(dev=dev)
     return _both(["call", "impl", "member", "d_v", "T", "B*H", "fwd ms", "kernels", "kernel sum ms",
                   "heaviest kernels (ms)"], rows, cap)
+
+
+# ---------------------------------------------------------------- hybrid-tc / ours / fla, one device call
+VS_IMPLS = ("ours", "hybrid-tc", "fla")
+
+
+def versus_fla_call(calls: list[tuple[str, dict, dict]]):
+    """(call name, {cell: {impl: row}}) of the newest call whose rows time hybrid-tc and fla on the same cells,
+    cell = (member, d_v, T, B*H); (None, {}) when no call has both. One call only: every ratio in the table and
+    figure divides medians measured minutes apart on one machine."""
+    for name, doc, _ in reversed(calls):
+        cells: dict = {}
+        for r in doc.get("rows", []):
+            if r.get("status") == "ok" and r["impl"] in VS_IMPLS:
+                cells.setdefault((r["member"], r["V"], r["T"], r["B"] * r["H"]), {})[r["impl"]] = r
+        cells = {k: v for k, v in cells.items() if "hybrid-tc" in v and "fla" in v}
+        if cells:
+            return name, dict(sorted(cells.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2])))
+    return None, {}
+
+
+def versus_fla_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
+    """Backward and forward + backward medians of ours (Triton), hybrid-tc and fla per cell, the ratios to fla,
+    and the roofline floor where the call measured ceilings."""
+    name, cells = versus_fla_call(calls)
+    header = (["member", "d_v", "T", "B*H"] + [f"bwd {i} ms" for i in VS_IMPLS]
+              + ["fla / hybrid-tc (bwd)", "bwd floor ms", "hybrid-tc % floor"]
+              + [f"fwd+bwd {i} ms" for i in VS_IMPLS] + ["hybrid-tc / fla (fwd+bwd)"])
+    rows = []
+    for (member, V, T, BH), got in cells.items():
+        hy, fla = got["hybrid-tc"], got["fla"]
+
+        def ms(impl, key, got=got):
+            r = got.get(impl)
+            return f"{r[key]:.2f}" if r and key in r else "-"
+        floor = hy.get("bwd_floor_ms")
+        rows.append([member, str(V), str(T), str(BH)] + [ms(i, "bwd_wall_ms") for i in VS_IMPLS]
+                    + [f"{fla['bwd_wall_ms'] / hy['bwd_wall_ms']:.2f}x",
+                       f"{floor:.2f}" if floor else "-",
+                       f"{100 * floor / hy['bwd_wall_ms']:.0f}%" if floor else "-"]
+                    + [ms(i, "fwd_bwd_wall_ms") for i in VS_IMPLS]
+                    + [f"{hy['fwd_bwd_wall_ms'] / fla['fwd_bwd_wall_ms']:.2f}x"
+                       if "fwd_bwd_wall_ms" in hy and "fwd_bwd_wall_ms" in fla else "-"])
+    if not rows:
+        return "", ""
+    doc = next(d for n, d, _ in calls if n == name)
+    prov = next(p for n, _, p in calls if n == name)
+    ceil = doc.get("ceilings") or {}
+    cap = ("GDN-family backward on {dev} ({call}, commit {sha}): bf16, d_k=128, H=2, CUDA-event medians of "
+           "torch.autograd.grad after the forward (bwd) and of forward + backward, two input sets rotated. ours = "
+           "the Triton backend; hybrid-tc = Triton forward and intra-chunk backward with K1 (the reverse state "
+           "scan) on Hopper tensor cores in the CuTe DSL and a fused Triton tail; fla = fla 0.6.0 (chunk_gdn2; "
+           "chunk_gated_delta_rule for sgdn, its #640 guard bypassed as documented), "
+           "FLA_DISABLE_BACKEND_DISPATCH=1. Every implementation's gradients were checked against ours before "
+           "timing. Floor = max(FLOPs / bf16 matmul rate, minimal bytes / copy bandwidth){ceil}.").format(
+        dev=doc.get("device", "?"), call=name, sha=str(prov.get("git_sha", "?"))[:7],
+        ceil=(", both measured in the same call ({:.0f} TFLOP/s, {:.2f} TB/s)".format(
+            ceil["bf16_matmul_tflops"], ceil["copy_tbps"]) if ceil.get("measured") else ": not measured in this call"))
+    return _both(header, rows, cap)
+
+
+def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", stem: str = "native_vs_fla"):
+    """Grouped bars per cell: backward (top) and forward + backward (bottom) ms of ours, hybrid-tc and fla, the
+    backward floor as a tick where measured. Returns the (png, pdf) paths."""
+    from lethe.render.style import OKABE_ITO, new_figure, save_figure, style
+
+    name, cells = versus_fla_call(calls)
+    keys = list(cells)
+    colors = {"ours": OKABE_ITO["sky_blue"], "hybrid-tc": OKABE_ITO["vermillion"], "fla": OKABE_ITO["bluish_green"]}
+    with style():
+        fig, (top, bot) = new_figure(max(6.0, 1.1 * len(keys) + 1.5), 5.2, nrows=2, sharex=True)
+        width = 0.26
+        for ax, key, label in ((top, "bwd_wall_ms", "backward ms"), (bot, "fwd_bwd_wall_ms", "forward + backward ms")):
+            for j, impl in enumerate(VS_IMPLS):
+                xs = [i + (j - 1) * width for i, k in enumerate(keys) if key in cells[k].get(impl, {})]
+                ys = [cells[k][impl][key] for k in keys if key in cells[k].get(impl, {})]
+                ax.bar(xs, ys, width, color=colors[impl], label=impl if ax is top else None)
+            ax.set_ylabel(label)
+        floors = [(i, cells[k]["hybrid-tc"]["bwd_floor_ms"]) for i, k in enumerate(keys)
+                  if cells[k]["hybrid-tc"].get("bwd_floor_ms")]
+        if floors:
+            top.scatter([i for i, _ in floors], [f for _, f in floors], marker="_", s=400, color=OKABE_ITO["black"],
+                        label="bwd roofline floor", zorder=3)
+        bot.set_xticks(range(len(keys)))
+        bot.set_xticklabels([f"{m}\nd_v={V}\nT={T // 1024}k\nB*H={BH}" for m, V, T, BH in keys], fontsize=8)
+        top.legend(loc="upper right", fontsize=8, ncols=2)
+        fig.suptitle(f"GDN backward on the H200: ours, hybrid-tc and fla ({name or 'no call'})", fontsize=10.5)
+        return save_figure(fig, stem, outdir)

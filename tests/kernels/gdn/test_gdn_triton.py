@@ -71,3 +71,17 @@ def test_chunk_family_triton_members(member):
     got = torch.autograd.grad((o * do.float().to(DEV)).sum(), list(leaves.values()))
     for n, a, r in zip(names, got, ref_grads, strict=True):
         assert rel_err(a.cpu(), r) < TOL, f"{member}: d{n}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_layout_changes_are_exact_casts_and_transposes(dtype):
+    # to_internal / from_internal are one strided copy each: the same values as cast, zero-pad, transpose
+    from kernels.gdn.triton_fwd import from_internal, to_internal
+
+    x = torch.randn(2, 37, 3, 16, generator=torch.Generator().manual_seed(1)).to(dtype)
+    got = to_internal(x, 16)
+    want = torch.nn.functional.pad(x.float(), (0, 0, 0, 0, 0, 11)).transpose(1, 2).contiguous()
+    assert got.dtype == torch.float32 and got.is_contiguous() and torch.equal(got, want)
+    y = torch.randn(2, 3, 48, 16, generator=torch.Generator().manual_seed(2))
+    back = from_internal(y, 37, dtype)
+    assert back.is_contiguous() and torch.equal(back, y[:, :, :37].transpose(1, 2).contiguous().to(dtype))
