@@ -29,7 +29,8 @@ def test_committed_profile_table_renders_as_committed():
     calls = _calls()
     md, tex = profile_table(calls)
     ok = [r for _, d, _ in calls for r in d["rows"] if r.get("status") == "ok"]
-    body = [line for line in md.splitlines() if line.startswith("| call") and not line.startswith("| call |")]
+    first = md.split("\n\n")[0]  # the backward table; the forward table follows its caption
+    body = [line for line in first.splitlines() if line.startswith("| call") and not line.startswith("| call |")]
     assert len(body) == len(ok) and len(md.splitlines()[0].split("|")) - 2 == len(PROFILE_HEADER)
     for _, d, _ in calls:
         for r in d["rows"]:
@@ -41,3 +42,32 @@ def test_committed_profile_table_renders_as_committed():
     table = ROOT / "paper" / "tables" / "native_profile.md"
     if table.exists():
         assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
+
+
+def test_versus_fla_table_comes_from_one_call_and_divides_its_medians():
+    from kernels.gdn.native.render import versus_fla_call, versus_fla_table
+
+    if not PROF.exists():
+        pytest.skip("no profile results committed")
+    calls = _calls()
+    name, cells = versus_fla_call(calls)
+    assert name is not None and cells
+    doc = next(d for n, d, _ in calls if n == name)
+    # every cell holds hybrid-tc and fla rows of that one call, and nothing that did not run
+    for (member, V, T, BH), got in cells.items():
+        assert {"hybrid-tc", "fla"} <= set(got)
+        for r in got.values():
+            assert r in doc["rows"] and r["status"] == "ok"
+            assert (r["member"], r["V"], r["T"], r["B"] * r["H"]) == (member, V, T, BH)
+    md, tex = versus_fla_table(calls)
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| member")]
+    assert len(lines) == len(cells)
+    for ln, got in zip(lines, cells.values(), strict=True):
+        ratio = got["fla"]["bwd_wall_ms"] / got["hybrid-tc"]["bwd_wall_ms"]
+        assert f"{ratio:.2f}x" in ln
+    table = ROOT / "paper" / "tables" / "native_vs_fla.md"
+    if table.exists():
+        assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
+    # a call without hybrid-tc and fla side by side renders nothing
+    assert versus_fla_table([(n, {"rows": [r for r in d["rows"] if r["impl"] != "fla"]}, p)
+                             for n, d, p in calls]) == ("", "")
