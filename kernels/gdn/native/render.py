@@ -134,13 +134,15 @@ def aot_table(result: dict) -> tuple[str, str]:
     header = ["kernel", "arch", "d_v", "MMA instr.", "TMEM cols", "alloc/dealloc/relinquish", "REG", "STACK",
               "spill ops", "status"]
     rows = []
-    for r in sorted(result.get("rows", []), key=lambda r: (r["kernel"], r["cfg"]["V"], not r["cfg"].get("erase", True))):
+    for r in sorted(result.get("rows", []), key=lambda r: (r["kernel"], r["cfg"]["V"], not r["cfg"].get("erase", True),
+                                                           r["cfg"].get("split", False))):
         pc, cub = r["ptx_counts"], r["cubin"]
         mma = ("tcgen05.mma x{}".format(pc["tcgen05_mma"]) if pc["tcgen05_mma"] else
                "wgmma x{}".format(pc["wgmma"]) if pc["wgmma"] else
                "mma.sync x{}".format(pc["mma_sync"]) if pc["mma_sync"] else "none (FFMA)")
         cols = ",".join(str(c) for c in r["tmem_alloc_columns"]) or "-"
-        name = r["kernel"] + (" (no erase, no dS_final)" if r["cfg"].get("erase") is False else "")
+        name = (r["kernel"] + (" (no erase, no dS_final)" if r["cfg"].get("erase") is False else "")
+                + (" (split: P, Qg as bf16 hi/lo)" if r["cfg"].get("split") else ""))
         rows.append([name, r["arch"], str(r["cfg"]["V"]), mma, cols,
                      "{}/{}/{}".format(pc["tcgen05_alloc"], pc["tcgen05_dealloc"], pc["tcgen05_relinquish"]),
                      str(cub.get("reg", "-")), str(cub.get("stack", "-")), str(cub.get("sass_spill_ops", "-")),
@@ -148,7 +150,8 @@ def aot_table(result: dict) -> tuple[str, str]:
     cap = ("Native kernels compiled ahead of time on a CPU (nvidia-cutlass-dsl 4.8.1, fake tensors). "
            "sm_100a rows: compiled, not executed (no B200). k1_blackwell is one product of K1 (sum of Qg^T dO), "
            "k1_blackwell_scan the whole K1 (MMA count per chunk of its loop), k1_hopper_wgmma the whole K1 on "
-           "Hopper tensor cores (wgmma per warpgroup per chunk), k2_* the whole K2.")
+           "Hopper tensor cores (wgmma per warpgroup per chunk; executed on the H200, see native_bench), k2_* the "
+           "whole K2.")
     return _both(header, rows, cap)
 
 
