@@ -13,9 +13,14 @@ Importing this package does not import the CuTe DSL; the submodules that need it
 ``nvidia-cutlass-dsl`` can still import :mod:`kernels.gdn` and skip the native path cleanly.
 """
 
+import functools
+
 CUTE_DSL_PIN = "nvidia-cutlass-dsl==4.8.1"
+# The device class the sm_90a kernels were written for and verified on (H100 / H200).
+HOPPER_CAPABILITY = (9, 0)
 
 
+@functools.lru_cache(maxsize=1)
 def cute_dsl_available() -> bool:
     """True when the CuTe DSL can be imported (needed for every compile, ahead of time or on the GPU)."""
     try:
@@ -23,3 +28,19 @@ def cute_dsl_available() -> bool:
     except Exception:  # pragma: no cover - depends on the environment
         return False
     return True
+
+
+def hopper_native_ok(device) -> str | None:
+    """None when the sm_90a native kernels can run on ``device`` (a CUDA device of capability 9.0 and the CuTe
+    DSL importable), else the reason they cannot, in words."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return "not a CUDA device"
+    cap = torch.cuda.get_device_capability(device)
+    if tuple(cap) != HOPPER_CAPABILITY:
+        return (f"the native kernels are built for sm_90a (H100/H200) and this GPU is sm_{cap[0]}{cap[1]}; "
+                "use backend='triton'")
+    if not cute_dsl_available():
+        return f"the CuTe DSL is not importable (pip install {CUTE_DSL_PIN})"
+    return None

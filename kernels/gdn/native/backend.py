@@ -26,6 +26,16 @@ import torch
 from .. import chunked
 
 
+def _require_hopper(device) -> None:
+    """The explicitly native backends refuse, with the reason, a GPU their sm_90a kernels were not built for
+    (``hybrid-tc`` falls back to the Triton scan instead)."""
+    from . import hopper_native_ok
+
+    why = hopper_native_ok(device)
+    if why is not None:
+        raise RuntimeError(f"native GDN backward unavailable: {why}")
+
+
 class NativeGDN:
     """forward/backward pair with the signature ``ChunkGDNFunction`` expects of a native backend."""
 
@@ -39,6 +49,7 @@ class NativeGDN:
     def backward(do, saved, dS_final):
         if not do.is_cuda or saved["qc"].dtype != torch.float32:
             return chunked.chunk_bwd(do, saved, dS_final)
+        _require_hopper(do.device)
         from .api import native_reverse_state_scan, native_wy_vjp
         from .k2_hopper_plan import supported
 
@@ -70,6 +81,8 @@ class HybridGDN:
         from .api import scan_for_triton_ctx
 
         scan = scan_for_triton_ctx if saved["qi"].is_cuda else None
+        if scan is not None:
+            _require_hopper(saved["qi"].device)
         return triton_chunk_bwd(do, saved, dS_final, scan=scan)
 
 
@@ -85,8 +98,8 @@ class HybridTensorCoreGDN:
     in bf16 (exact for bf16 inputs), P and Qg as bf16 hi/lo pairs (about 16 bits; their single rounding put 3 of
     14 bf16 ladder arms past the 5e-3 pin), Kend, W and the per-chunk dS / dd copies in bf16. So the tensor-core
     K1 serves bf16 inputs only; float32 and fp16 inputs get the float32 SIMT K1 (:class:`HybridGDN`'s), and so
-    do shapes the wgmma kernel is not written for (d_k != 128, chunk != 64, d_v not 64/128). On CPU tensors the
-    Triton scan stays."""
+    do shapes the wgmma kernel is not written for (d_k != 128, chunk != 64, d_v not 64/128). On CPU tensors, on a
+    GPU other than sm_90 or without the CuTe DSL, the Triton scan runs (``k1_choice`` says which)."""
 
     name = "hybrid-triton-wgmma-k1"
     split_k1_operands = True  # P and Qg as bf16 hi/lo pairs (see the precision contract)
@@ -94,10 +107,12 @@ class HybridTensorCoreGDN:
 
     @staticmethod
     def k1_choice(saved) -> str:
-        """Which K1 the backward of ``saved`` runs: "wgmma", "simt" or "triton" (CPU)."""
+        """Which K1 the backward of ``saved`` runs: "wgmma", "simt", or "triton" (CPU tensors, or a GPU the
+        sm_90a kernels were not built for, or no CuTe DSL)."""
+        from . import hopper_native_ok
         from .api import wgmma_supported
 
-        if not saved["qi"].is_cuda:
+        if not saved["qi"].is_cuda or hopper_native_ok(saved["qi"].device) is not None:
             return "triton"
         K, V = saved["qi"].shape[-1], saved["ui"].shape[-1]
         # bf16 only: the kernel reads dO in bf16, exact for a bf16 model and a rounding for an fp16 one
@@ -110,6 +125,7 @@ class HybridTensorCoreGDN:
         from .api import scan_for_triton_ctx, wgmma_scan_for_triton_ctx
 
         choice = HybridTensorCoreGDN.k1_choice(saved)
+        saved["bwd_k1"] = choice  # which K1 ran, for whoever reports on this backward
         scan = {"triton": None, "simt": scan_for_triton_ctx,
                 "wgmma": functools.partial(wgmma_scan_for_triton_ctx, split=HybridTensorCoreGDN.split_k1_operands)
                 }[choice]

@@ -123,7 +123,7 @@ def test_tensor_core_scan_plumbing_matches_the_float32_scan_within_bf16(erase, f
         assert rel_err(c, a) < 2e-2, name
 
 
-def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu():
+def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu(monkeypatch):
     from kernels.gdn.autograd import BACKENDS, chunk_family
     from kernels.gdn.native.backend import HybridTensorCoreGDN
 
@@ -138,10 +138,29 @@ def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu()
     assert torch.equal(o, o2)
     for a, c in zip(got, ref, strict=True):
         assert rel_err(a, c) < 1e-6
-    # which K1 a CUDA ctx would get: tensor cores only for bf16 / fp16 inputs at the kernel's shapes
-    cuda_like = functools.partial(dict, qi=type("T", (), {"is_cuda": True, "shape": (1, 1, 64, 128)})(),
+    # which K1 a CUDA ctx would get on an sm_90 GPU with the CuTe DSL: tensor cores only for bf16 inputs at the
+    # kernel's shapes
+    import kernels.gdn.native as native
+
+    monkeypatch.setattr(native, "hopper_native_ok", lambda device: None)
+    cuda_like = functools.partial(dict, qi=type("T", (), {"is_cuda": True, "shape": (1, 1, 64, 128),
+                                                           "device": "cuda:0"})(),
                                   ui=type("T", (), {"shape": (1, 1, 64, 128)})(), C=64)
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.bfloat16)) == "wgmma"
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.float16)) == "simt"  # dO would not be exact
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.float32)) == "simt"
     assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.bfloat16, C=32)) == "simt"
+
+    # any other GPU (or no CuTe DSL): the Triton scan, whatever the dtype
+    monkeypatch.setattr(native, "hopper_native_ok", lambda device: "this GPU is sm_100")
+    assert HybridTensorCoreGDN.k1_choice(cuda_like(dtype=torch.bfloat16)) == "triton"
+
+
+def test_explicit_native_backends_refuse_a_gpu_they_were_not_built_for(monkeypatch):
+    import kernels.gdn.native as native
+    from kernels.gdn.native.backend import _require_hopper
+
+    assert native.hopper_native_ok("cpu") == "not a CUDA device"
+    monkeypatch.setattr(native, "hopper_native_ok", lambda device: "built for sm_90a, this GPU is sm_100")
+    with pytest.raises(RuntimeError, match="native GDN backward unavailable: built for sm_90a"):
+        _require_hopper("cuda:0")
