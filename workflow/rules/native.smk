@@ -7,7 +7,8 @@ if os.path.exists(os.path.join(workflow.basedir, "results/native/aot.json")):
 # Ahead-of-time reports of the native kernels (aot.json first: K1 Hopper and the Blackwell K1 product).
 NATIVE_AOT_REPORTS = [
     f"results/native/{n}.json"
-    for n in ("aot", "k1_blackwell_scan_aot", "k1_hopper_wgmma_aot", "k2_blackwell_aot", "k2_hopper_aot")
+    for n in ("aot", "k1_blackwell_scan_aot", "k1_hopper_wgmma_aot", "k2_blackwell_aot", "k2_hopper_aot",
+              "k2_hopper_wgmma_aot")
     if os.path.exists(os.path.join(workflow.basedir, "results/native", f"{n}.json"))]
 # Kernel profiles of the backward (experiments/native/kernel_profile.py), one folder per device call, in call order.
 NATIVE_PROFILES = sorted(

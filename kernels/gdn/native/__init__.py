@@ -4,10 +4,14 @@
 * :mod:`.k1_blackwell` -- a tcgen05 / TMEM kernel for sm_100a, compiled ahead of time only (no B200 here);
 * :mod:`.k2_hopper` -- K2, the WY / triangular-inverse VJP, for sm_90a (SIMT float32; plan in
   :mod:`.k2_hopper_plan`, float64 replay of its order in :mod:`.k2_hopper_model`);
+* :mod:`.k1_hopper_wgmma` -- K1 on Hopper tensor cores (TMA + wgmma, sm_90a; runs on the H200), its operands
+  built by the Triton kernel in :mod:`.k1_operands`;
 * :mod:`.k2_blackwell` -- K2 as tcgen05 products for sm_100a, compiled ahead of time only;
+* :mod:`.k2_hopper_wgmma` -- K2 on Hopper tensor cores (TMA + wgmma, sm_90a), compiled ahead of time, not yet run;
 * :mod:`.api` -- host wrappers (torch tensors in, torch tensors out) and the compile cache, K1 and K2;
 * :mod:`.aot` -- ahead-of-time compilation on a CPU with fake tensors and inspection of the PTX / cubin;
-* :mod:`.backend` -- the object the family's autograd chooser calls for ``backend="native"``.
+* :mod:`.backend` -- the objects the family's autograd chooser calls for ``backend="native"``, ``"hybrid"`` and
+  ``"hybrid-tc"``.
 
 Importing this package does not import the CuTe DSL; the submodules that need it do, so a machine without
 ``nvidia-cutlass-dsl`` can still import :mod:`kernels.gdn` and skip the native path cleanly.

@@ -241,6 +241,40 @@ def k2_launch(dd, Hs, Tm, Xe, uc, *, poison=False):
     return dXe, du, dA
 
 
+def k2_wgmma_launch(dd, Hs, Tm, Xe, uc):
+    """Run the Hopper tensor-core K2 (:mod:`.k2_hopper_wgmma`; compiled ahead of time, NOT yet executed on a GPU
+    when written) on flattened CUDA tensors, one CTA per chunk: same shapes and returns as :func:`k2_launch`
+    (float32 out); the operands are cast to bf16, the kernel's operand type. Chunks are cut into launches that
+    keep every tensor under 2^31 elements, as in :func:`k2_launch`."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import from_dlpack
+    from cutlass.torch import current_stream
+
+    from .k2_hopper_wgmma import WYTriInvVJPHopperWgmma
+
+    L, C, V = dd.shape
+    K = Hs.shape[1]
+    dev = dd.device
+    bf = [x.to(torch.bfloat16).contiguous() for x in (dd, Hs, Tm, Xe, uc)]
+    dXe = torch.empty(L, C, K, device=dev, dtype=torch.float32)
+    du = torch.empty(L, C, V, device=dev, dtype=torch.float32)
+    dA = torch.empty(L, C, C, device=dev, dtype=torch.float32)
+    step = max(1, _K2_MAX_ELEMS // max(K * V, C * K, C * V, C * C))
+    stream = current_stream()
+    for l0 in range(0, L, step):
+        d16, h16, t16, x16, u16, oX, oU, oA = (t[l0:l0 + step] for t in (*bf, dXe, du, dA))
+        # the kernel's views of this row-major storage (k2_hopper_wgmma.compile_fake lists them)
+        views = [h16.permute(1, 2, 0), d16.permute(1, 2, 0), d16.permute(2, 1, 0), t16.permute(2, 1, 0),
+                 t16.permute(1, 2, 0), x16.permute(1, 2, 0), u16.permute(1, 2, 0),
+                 oX.permute(2, 1, 0), oU.permute(2, 1, 0), oA.permute(1, 2, 0)]
+        args = [from_dlpack(v, assumed_align=16) for v in views]
+        key = ("k2_wgmma", d16.shape[0], C, K, V, dev.index)
+        if key not in _CACHE:
+            _CACHE[key] = cute.compile(WYTriInvVJPHopperWgmma(K=K, V=V, C=C), *args, stream)
+        _CACHE[key](*args, stream)
+    return dXe, du, dA
+
+
 def native_wy_vjp(dd, ctx, **kw):
     """Drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` on CUDA float32 (see module docstring)."""
     B, H, N, C, V = dd.shape

@@ -151,7 +151,7 @@ def aot_table(result: dict) -> tuple[str, str]:
            "sm_100a rows: compiled, not executed (no B200). k1_blackwell is one product of K1 (sum of Qg^T dO), "
            "k1_blackwell_scan the whole K1 (MMA count per chunk of its loop), k1_hopper_wgmma the whole K1 on "
            "Hopper tensor cores (wgmma per warpgroup per chunk; executed on the H200, see native_bench), k2_* the "
-           "whole K2.")
+           "whole K2 (k2_hopper_wgmma: Hopper tensor cores, wgmma per warpgroup per chunk, not yet executed).")
     return _both(header, rows, cap)
 
 

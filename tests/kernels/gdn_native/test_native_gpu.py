@@ -282,3 +282,40 @@ def test_hybrid_tc_float32_inputs_keep_the_float32_k1():
     for name, a, rr, r64 in zip("q k v g b w".split(), got[:6], ref[:6], ref64[:6], strict=True):
         assert torch.isfinite(a).all(), name
         assert _rel(a, r64) <= 2 * _rel(rr, r64) + 1e-6, name
+
+
+@pytest.mark.parametrize("V", [64, 128])
+def test_k2_wgmma_matches_float64_within_its_bf16_model(V):
+    """The Hopper tensor-core K2 (bf16 operands and intermediates, fp32 accumulation; compiled ahead of time, NOT
+    yet run when written): every output finite, dA exactly zero on and above the diagonal, no further from float64
+    K2 on the same operands than 2x the float64 replay of its own bf16 roundings (k2_model, the Blackwell K2's
+    model: the same products and rounding points) + 1e-4, bitwise identical over 3 runs."""
+    import numpy as np
+
+    from kernels.gdn.native.api import k2_wgmma_launch
+    from kernels.gdn.native.k2_model import k2_batched
+
+    ctx, do, dS = _gdn_ctx(V, seed=31)
+    dd = chunked.reverse_state_scan(chunked._to_chunks(do, 64, torch.float32), ctx, dS)[1]
+    B, H, N, C, _ = dd.shape
+    K = ctx["Hs"].shape[-2]
+    L = B * H * N
+
+    def flat(x, *tail):
+        return x.reshape(L, *tail).contiguous()
+
+    ops = (flat(dd, C, V), flat(ctx["Hs"], K, V), flat(ctx["Tm"], C, C), flat(ctx["Xe"], C, K), flat(ctx["uc"], C, V))
+    outs = [k2_wgmma_launch(*ops) for _ in range(3)]
+    torch.cuda.synchronize()
+    np64 = [x.double().cpu().numpy() for x in ops]
+    exact = k2_batched(*np64)
+    model = k2_batched(*np64, operand_round="bf16")
+    for name, a, r, m in zip(("dXe", "du", "dA"), outs[0], exact, model, strict=True):
+        r, m = torch.from_numpy(np.ascontiguousarray(r)), torch.from_numpy(np.ascontiguousarray(m))
+        a = a.cpu()
+        assert torch.isfinite(a).all(), name
+        print(f"k2 wgmma V={V} {name}: vs f64 {_rel(a, r):.2e} (bf16 model {_rel(m, r):.2e})")
+        assert _rel(a, r) <= 2 * _rel(m, r) + 1e-4, name
+    assert torch.all(torch.triu(outs[0][2]) == 0)
+    for o in outs[1:]:
+        assert all(torch.equal(x, y) for x, y in zip(outs[0], o, strict=True))
