@@ -32,6 +32,7 @@ GAMMA_FLOOR = -80.0
 # interpreter ignores num_warps, and for V <= 32 the V-blocks are what they were before: CPU numerics unchanged.
 FWD_LAUNCH = {
     "wy_fwd_kernel": dict(num_warps=8, num_stages=1),
+    "wy_fwd_blocked_kernel": dict(num_warps=4, num_stages=1),  # not tuned: no AOT or H200 run yet
     "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     "output_fwd_kernel": dict(BV=64, num_warps=8, num_stages=1),
 }
@@ -75,6 +76,120 @@ def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
     tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + cols[None, :], Tm)
     tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
     tl.store(U_ptr + offv, tl.dot(Tm, u, input_precision=PREC))
+
+
+@triton.jit
+def _unit_lower_inverse(A, BT: tl.constexpr):
+    """(I + A)^{-1} of a strictly lower BT x BT tile, by forward substitution (row i from the final rows j < i)."""
+    rows = tl.arange(0, BT)
+    cols = tl.arange(0, BT)
+    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    for i in range(1, BT):
+        a_i = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)
+        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
+        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
+    return Tm
+
+
+@triton.jit
+def _xg(k_ptr, e_ptr, gam_ptr, row0, K: tl.constexpr, BT: tl.constexpr):
+    """BT chunk rows from ``row0``: (e Gamma, k / Gamma)."""
+    offk = (row0 + tl.arange(0, BT))[:, None] * K + tl.arange(0, K)[None, :]
+    gam = tl.load(gam_ptr + offk)
+    return tl.load(e_ptr + offk) * tl.exp(gam), tl.load(k_ptr + offk) * tl.exp(-gam)
+
+
+@triton.jit
+def _a_block(k_ptr, e_ptr, gam_ptr, rowi, rowj, K: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr):
+    """A_ij = (e Gamma)_i (k / Gamma)_j^T, a BT x BT block of the chunk's A (unmasked)."""
+    Xi, _ = _xg(k_ptr, e_ptr, gam_ptr, rowi, K, BT)
+    _, Gj = _xg(k_ptr, e_ptr, gam_ptr, rowj, K, BT)
+    return tl.dot(Xi, tl.trans(Gj), input_precision=PREC)
+
+
+@triton.jit
+def _apply_row(k_ptr, e_ptr, u_ptr, gam_ptr, W_ptr, U_ptr, base, bi: tl.constexpr, t0, t1, t2, t3,
+               K: tl.constexpr, V: tl.constexpr, BT: tl.constexpr, PREC: tl.constexpr):
+    """Block row ``bi`` of W = T (e Gamma) and U = T u from T's blocks t0..t3 of that row (blocks right of the
+    diagonal are zero and skipped), stored at once so only one block row is live."""
+    r = tl.arange(0, BT)
+    cv = tl.arange(0, V)
+    X, _ = _xg(k_ptr, e_ptr, gam_ptr, base, K, BT)
+    W = tl.dot(t0, X, input_precision=PREC)
+    U = tl.dot(t0, tl.load(u_ptr + (base + r)[:, None] * V + cv[None, :]), input_precision=PREC)
+    if bi >= 1:
+        X, _ = _xg(k_ptr, e_ptr, gam_ptr, base + BT, K, BT)
+        W += tl.dot(t1, X, input_precision=PREC)
+        U += tl.dot(t1, tl.load(u_ptr + (base + BT + r)[:, None] * V + cv[None, :]), input_precision=PREC)
+    if bi >= 2:
+        X, _ = _xg(k_ptr, e_ptr, gam_ptr, base + 2 * BT, K, BT)
+        W += tl.dot(t2, X, input_precision=PREC)
+        U += tl.dot(t2, tl.load(u_ptr + (base + 2 * BT + r)[:, None] * V + cv[None, :]), input_precision=PREC)
+    if bi >= 3:
+        X, _ = _xg(k_ptr, e_ptr, gam_ptr, base + 3 * BT, K, BT)
+        W += tl.dot(t3, X, input_precision=PREC)
+        U += tl.dot(t3, tl.load(u_ptr + (base + 3 * BT + r)[:, None] * V + cv[None, :]), input_precision=PREC)
+    rows = base + bi * BT + r
+    tl.store(W_ptr + rows[:, None] * K + tl.arange(0, K)[None, :], W)
+    tl.store(U_ptr + rows[:, None] * V + cv[None, :], U)
+
+
+@triton.jit
+def _store_row(ptr, b0, b1, b2, b3, BT: tl.constexpr):
+    """One block row of T: four BT x BT blocks side by side from ``ptr`` (a [BT, BT] pointer tile)."""
+    tl.store(ptr, b0)
+    tl.store(ptr + BT, b1)
+    tl.store(ptr + 2 * BT, b2)
+    tl.store(ptr + 3 * BT, b3)
+
+
+@triton.jit
+def wy_fwd_blocked_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
+                          K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+    # wy_fwd_kernel's T, W, U with the inverse taken blockwise: four diagonal blocks of C/4 rows by forward
+    # substitution (C/4 - 1 steps each instead of C - 1 on the whole tile), the blocks below the diagonal from
+    # T_ij = -D_i sum_{j<=k<i} A_ik T_kj, all as dots; operand rows are re-read where needed so that only small
+    # blocks stay live. Opt-in (triton_chunk_fwd(wy_inverse="blocked")): written after the H200 time was spent,
+    # checked on the CPU interpreter and compiled for sm_90a, speed not measured.
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    BT: tl.constexpr = C // 4
+    r = tl.arange(0, BT)
+    base = bh * NT * C + n * C
+    strict = r[:, None] > r[None, :]
+    D0 = _unit_lower_inverse(tl.where(strict, _a_block(k_ptr, e_ptr, gam_ptr, base, base, K, BT, PREC), 0.0), BT)
+    D1 = _unit_lower_inverse(tl.where(strict, _a_block(k_ptr, e_ptr, gam_ptr, base + BT, base + BT, K, BT, PREC),
+                                      0.0), BT)
+    D2 = _unit_lower_inverse(tl.where(strict, _a_block(k_ptr, e_ptr, gam_ptr, base + 2 * BT, base + 2 * BT, K, BT,
+                                                       PREC), 0.0), BT)
+    D3 = _unit_lower_inverse(tl.where(strict, _a_block(k_ptr, e_ptr, gam_ptr, base + 3 * BT, base + 3 * BT, K, BT,
+                                                       PREC), 0.0), BT)
+    A10 = _a_block(k_ptr, e_ptr, gam_ptr, base + BT, base, K, BT, PREC)
+    A20 = _a_block(k_ptr, e_ptr, gam_ptr, base + 2 * BT, base, K, BT, PREC)
+    A21 = _a_block(k_ptr, e_ptr, gam_ptr, base + 2 * BT, base + BT, K, BT, PREC)
+    A30 = _a_block(k_ptr, e_ptr, gam_ptr, base + 3 * BT, base, K, BT, PREC)
+    A31 = _a_block(k_ptr, e_ptr, gam_ptr, base + 3 * BT, base + BT, K, BT, PREC)
+    A32 = _a_block(k_ptr, e_ptr, gam_ptr, base + 3 * BT, base + 2 * BT, K, BT, PREC)
+    T10 = -tl.dot(D1, tl.dot(A10, D0, input_precision=PREC), input_precision=PREC)
+    T21 = -tl.dot(D2, tl.dot(A21, D1, input_precision=PREC), input_precision=PREC)
+    T32 = -tl.dot(D3, tl.dot(A32, D2, input_precision=PREC), input_precision=PREC)
+    T20 = -tl.dot(D2, tl.dot(A20, D0, input_precision=PREC) + tl.dot(A21, T10, input_precision=PREC),
+                  input_precision=PREC)
+    T31 = -tl.dot(D3, tl.dot(A31, D1, input_precision=PREC) + tl.dot(A32, T21, input_precision=PREC),
+                  input_precision=PREC)
+    T30 = -tl.dot(D3, tl.dot(A30, D0, input_precision=PREC) + tl.dot(A31, T10, input_precision=PREC)
+                  + tl.dot(A32, T20, input_precision=PREC), input_precision=PREC)
+    zero = tl.zeros([BT, BT], dtype=tl.float32)
+    offT = (bh * NT + n) * C * C + r[:, None] * C + r[None, :]
+    _store_row(T_ptr + offT, D0, zero, zero, zero, BT)
+    _store_row(T_ptr + offT + BT * C, T10, D1, zero, zero, BT)
+    _store_row(T_ptr + offT + 2 * BT * C, T20, T21, D2, zero, BT)
+    _store_row(T_ptr + offT + 3 * BT * C, T30, T31, T32, D3, BT)
+    _apply_row(k_ptr, e_ptr, u_ptr, gam_ptr, W_ptr, U_ptr, base, 0, D0, zero, zero, zero, K, V, BT, PREC)
+    _apply_row(k_ptr, e_ptr, u_ptr, gam_ptr, W_ptr, U_ptr, base, 1, T10, D1, zero, zero, K, V, BT, PREC)
+    _apply_row(k_ptr, e_ptr, u_ptr, gam_ptr, W_ptr, U_ptr, base, 2, T20, T21, D2, zero, K, V, BT, PREC)
+    _apply_row(k_ptr, e_ptr, u_ptr, gam_ptr, W_ptr, U_ptr, base, 3, T30, T31, T32, D3, K, V, BT, PREC)
 
 
 @triton.jit
@@ -160,8 +275,10 @@ def _check_dims(K: int, V: int, C: int) -> None:
 
 
 def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
-                     bv: int | None = None):
-    """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`."""
+                     bv: int | None = None, wy_inverse: str = "rows"):
+    """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`.
+    ``wy_inverse="blocked"`` takes the triangular inverse blockwise (``wy_fwd_blocked_kernel``; chunk >= 64 so
+    its blocks meet tl.dot's 16-row minimum on a GPU; not yet measured on one)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk
@@ -186,8 +303,11 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         Tm = torch.empty(B, H, NT, C, C, device=dev, dtype=torch.float32)
         Wi = torch.empty_like(ki)
         Ui = torch.empty_like(ui)
-        wy_fwd_kernel[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision,
-                                   **_launch("wy_fwd_kernel"))
+        if wy_inverse not in ("rows", "blocked"):
+            raise ValueError(f"wy_inverse must be 'rows' or 'blocked', got {wy_inverse!r}")
+        name = "wy_fwd_kernel" if wy_inverse == "rows" else "wy_fwd_blocked_kernel"
+        kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
+        kern[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision, **_launch(name))
     else:
         bi = ei = Tm = None
         Wi, Ui = ki, ui  # W unused when HAS_ERASE is False

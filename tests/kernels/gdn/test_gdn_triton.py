@@ -85,3 +85,24 @@ def test_layout_changes_are_exact_casts_and_transposes(dtype):
     y = torch.randn(2, 3, 48, 16, generator=torch.Generator().manual_seed(2))
     back = from_internal(y, 37, dtype)
     assert back.is_contiguous() and torch.equal(back, y[:, :, :37].transpose(1, 2).contiguous().to(dtype))
+
+
+@pytest.mark.parametrize("C,T", [(64, 150), (16, 40)])
+def test_blocked_triangular_inverse_gives_the_row_by_row_forward(C, T):
+    # the opt-in blockwise inverse of wy_fwd_blocked_kernel: same T, W, output and final state as the row-by-row
+    # kernel to float32 rounding, T unit lower triangular with zeros above the diagonal
+    from gdn_helpers import make_inputs, rel_err
+
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    f = [x.float() for x in make_inputs(T=T, K=16, V=32)[:6]]
+    o1, S1, c1 = triton_chunk_fwd(*f, chunk=C, bv=16)
+    o2, S2, c2 = triton_chunk_fwd(*f, chunk=C, bv=16, wy_inverse="blocked")
+    for a, b in ((c2["Tm"], c1["Tm"]), (c2["Wi"], c1["Wi"]), (o2, o1), (S2, S1)):
+        assert rel_err(a, b) < 1e-6
+    Tm = c2["Tm"]
+    eye = torch.eye(C).expand_as(Tm)
+    assert torch.equal(torch.triu(Tm, 1), torch.zeros_like(Tm)) and torch.equal(torch.diagonal(Tm, 0, -2, -1),
+                                                                                torch.diagonal(eye, 0, -2, -1))
+    with pytest.raises(ValueError, match="wy_inverse"):
+        triton_chunk_fwd(*f, chunk=C, wy_inverse="diagonal")
