@@ -45,6 +45,20 @@ def _launch(name: str) -> dict:
 
 
 @triton.jit
+def _unit_lower_inverse(A, BT: tl.constexpr):
+    """(I + A)^{-1} of a strictly lower BT x BT tile by forward substitution: row i of T = e_i - sum_{j<i} A_ij T_j
+    (rows j < i are already final)."""
+    rows = tl.arange(0, BT)
+    cols = tl.arange(0, BT)
+    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    for i in range(1, BT):
+        a_i = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)  # row i of A, indexed by column j
+        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
+        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
+    return Tm
+
+
+@triton.jit
 def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
                   K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
     bh = tl.program_id(0)
@@ -67,28 +81,10 @@ def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
     Kg = k * tl.exp(-gam)
     A = tl.dot(Xe, tl.trans(Kg), input_precision=PREC)
     A = tl.where(rows[:, None] > cols[None, :], A, 0.0)
-    # forward substitution: row i of T = e_i - sum_{j<i} A_ij T_j (rows j < i are already final)
-    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
-    for i in range(1, C):
-        a_i = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)  # row i of A, indexed by column j
-        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
-        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
+    Tm = _unit_lower_inverse(A, C)
     tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + cols[None, :], Tm)
     tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
     tl.store(U_ptr + offv, tl.dot(Tm, u, input_precision=PREC))
-
-
-@triton.jit
-def _unit_lower_inverse(A, BT: tl.constexpr):
-    """(I + A)^{-1} of a strictly lower BT x BT tile, by forward substitution (row i from the final rows j < i)."""
-    rows = tl.arange(0, BT)
-    cols = tl.arange(0, BT)
-    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
-    for i in range(1, BT):
-        a_i = tl.sum(tl.where(rows[:, None] == i, A, 0.0), 0)
-        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
-        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
-    return Tm
 
 
 @triton.jit

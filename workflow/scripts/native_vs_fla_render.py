@@ -1,16 +1,12 @@
 """Render rule script: hybrid-tc / ours / fla per cell (table and figure) from committed results/native/profile/."""
 
-import json
 from pathlib import Path
 
-from kernels.gdn.native.render import versus_fla_figure, versus_fla_table
+from kernels.gdn.native.render import load_profile_calls, versus_fla_figure, versus_fla_table
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 
-calls = []
-for p in snakemake.input.profiles:
-    folder = Path(p).parent
-    calls.append((folder.name, json.loads(Path(p).read_text()), json.loads((folder / "provenance.json").read_text())))
+calls = load_profile_calls(snakemake.input.profiles)
 md, tex = versus_fla_table(calls)
 Path(snakemake.output.md).parent.mkdir(parents=True, exist_ok=True)
 Path(snakemake.output.md).write_text(md)

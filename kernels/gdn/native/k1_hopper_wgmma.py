@@ -26,6 +26,8 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.utils import LayoutEnum
 
+from .hopper_wgmma_common import acc_view, store_scaled, tma_chunk_parts, wgmma_product
+
 THREADS = 256
 MMA_K = 16
 KM = LayoutEnum.ROW_MAJOR   # K-major operand
@@ -43,11 +45,6 @@ def expected_wgmma_count(K: int = 128, V: int = 128, C: int = 64, erase: bool = 
 def smem_bytes(K: int = 128, V: int = 128, C: int = 64, split: bool = False) -> int:
     """The bf16 operand buffers: P, Kend, dO, Qg, Wm (TMA) and the dS, -dd copies; P_lo, Qg_lo with ``split``."""
     return 2 * (C * C + C * K + V * C + K * C + K * C + V * K + V * C + ((C * C + K * C) if split else 0))
-
-
-def _rows_view(s):
-    """A B operand buffer (N, R, stage) seen as (R, N): the accumulator orientation of the product that wrote it."""
-    return cute.make_tensor(s.iterator, cute.select(s.layout, mode=[1, 0, 2]))[None, None, 0]
 
 
 class ReverseScanHopperWgmma:
@@ -158,30 +155,11 @@ class ReverseScanHopperWgmma:
             load_bytes += cute.size_in_bytes(bf, cute.slice_(lay, (None, None, 0)))
         cute.arch.sync_threads()
 
-        def _copy_to(regs, dst, dtype, scale):
-            """A thread's accumulator slice -> ``dst`` (its matching partition of a tensor in the accumulator's
-            orientation), converted to ``dtype`` (scaled first)."""
-            r = cute.make_rmem_tensor(regs.shape, dtype)
-            r.store((regs.load() * scale).to(dtype))
-            cute.autovec_copy(r, dst)
-
-
-        def _wgmma(tiled, acc, rA, rB, first_accumulates):
-            """One product: a wgmma per 16-wide slice of the reduction, accumulating after the first."""
-            tiled.set(warpgroup.Field.ACCUMULATE, first_accumulates)
-            for kb in cutlass.range_constexpr(cute.size(rA, mode=[2])):
-                cute.gemm(tiled, acc, rA[(None, None, kb, 0)], rB[(None, None, kb, 0)], acc)
-                tiled.set(warpgroup.Field.ACCUMULATE, True)
-
         # TMA partitions of the chunk-indexed operand views: (tile, chunk)
-        def tma_parts(atom, g, sb, tile):
-            gt = cute.local_tile(g, tile, (0, 0, None))
-            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(sb, 0, 2),
-                                         cute.group_modes(gt, 0, 2))
-
-        pP, pDO, pKe = tma_parts(tP, gP, sP, (C, C)), tma_parts(tDO, gDO, sDO, (V, C)), tma_parts(tKe, gKe, sKe, (C, K))
-        pQg, pWm = tma_parts(tQg, gQg, sQg, (K, C)), tma_parts(tWm, gWm, sWm, (K, C))
-        pPlo, pQglo = tma_parts(tPlo, gPlo, sPlo, (C, C)), tma_parts(tQglo, gQglo, sQglo, (K, C))
+        pP, pDO = tma_chunk_parts(tP, gP, sP, (C, C)), tma_chunk_parts(tDO, gDO, sDO, (V, C))
+        pKe, pQg = tma_chunk_parts(tKe, gKe, sKe, (C, K)), tma_chunk_parts(tQg, gQg, sQg, (K, C))
+        pWm = tma_chunk_parts(tWm, gWm, sWm, (K, C))
+        pPlo, pQglo = tma_chunk_parts(tPlo, gPlo, sPlo, (C, C)), tma_chunk_parts(tQglo, gQglo, sQglo, (K, C))
 
         # operand fragments (warpgroup slices) and per-thread accumulator partitions
         wpa, wpb, wds = mma_pa.get_slice(wg * 128), mma_pb.get_slice(wg * 128), mma_ds.get_slice(wg * 128)
@@ -194,7 +172,7 @@ class ReverseScanHopperWgmma:
         cS = tds.partition_C(cute.make_identity_tensor((K, V)))
         accS = cute.make_rmem_tensor(cS.shape, f32)
         accD = cute.make_rmem_tensor(tdd.partition_C(cute.make_identity_tensor((C, V))).shape, f32)
-        vS, vD = _rows_view(sS), _rows_view(sD)   # the bf16 copies in accumulator orientation
+        vS, vD = acc_view(sS, True), acc_view(sD, True)   # the bf16 copies in accumulator orientation
         tS_s, tD_s = tds.partition_C(vS), tdd.partition_C(vD)
 
         if cutlass.const_expr(self.has_dsf):
@@ -208,7 +186,7 @@ class ReverseScanHopperWgmma:
             ch = bh * n_chunks + n
             # ---- round 1: dS -> dS_next[n] and its bf16 copy; the decay, in registers ----
             cute.autovec_copy(accS, tds.partition_C(mDSN[None, None, ch]))
-            _copy_to(accS, tS_s, cutlass.BFloat16, 1.0)
+            store_scaled(accS, tS_s, cutlass.BFloat16, 1.0)
             for j in cutlass.range_constexpr(cute.size(accS)):
                 r, _c = cS[j]
                 accS[j] = accS[j] * mGC[r, ch]
@@ -229,25 +207,25 @@ class ReverseScanHopperWgmma:
                     cute.copy(tQglo, pQglo[1][(None, ch)], pQglo[0][(None, 0)], tma_bar_ptr=ld_bar)
             cute.arch.mbarrier_wait(ld_bar, i % 2)
             warpgroup.fence()
-            _wgmma(mma_pa, accD, rP, rDOa, False)
+            wgmma_product(mma_pa, accD, rP, rDOa, False)
             if cutlass.const_expr(self.split):
-                _wgmma(mma_pa, accD, rPlo, rDOa, True)
-            _wgmma(mma_pb, accD, rKe, rS, True)
+                wgmma_product(mma_pa, accD, rPlo, rDOa, True)
+            wgmma_product(mma_pb, accD, rKe, rS, True)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             # ---- round 3: dd -> dd[n] and its negated bf16 copy ----
             cute.autovec_copy(accD, tdd.partition_C(mDD[None, None, ch]))
             if cutlass.const_expr(self.has_erase):
-                _copy_to(accD, tD_s, cutlass.BFloat16, -1.0)
+                store_scaled(accD, tD_s, cutlass.BFloat16, -1.0)
             cute.arch.fence_view_async_shared()
             cute.arch.sync_threads()
             # ---- round 4: Pc, Pd onto dS ----
             warpgroup.fence()
-            _wgmma(mma_ds, accS, rQg, rDOc, True)
+            wgmma_product(mma_ds, accS, rQg, rDOc, True)
             if cutlass.const_expr(self.split):
-                _wgmma(mma_ds, accS, rQglo, rDOc, True)
+                wgmma_product(mma_ds, accS, rQglo, rDOc, True)
             if cutlass.const_expr(self.has_erase):
-                _wgmma(mma_ds, accS, rWm, rD, True)
+                wgmma_product(mma_ds, accS, rWm, rD, True)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             cute.arch.sync_threads()   # both warpgroups done with this chunk's operand buffers

@@ -34,6 +34,7 @@ import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.utils import LayoutEnum
 
+from .hopper_wgmma_common import acc_view, store_scaled, tma_chunk_parts, wgmma_product
 from .k2_blackwell import MMA_K, product_list
 
 THREADS = 256
@@ -51,14 +52,6 @@ def smem_bytes(K: int = 128, V: int = 128, C: int = 64) -> int:
     """The 13 bf16 operand buffers: nine TMA-loaded views (S0, dd x3, T x3, U, Xe) and four written (dW^T, dW,
     dT, Y)."""
     return 2 * (K * V + 3 * C * V + 3 * C * C + C * V + C * K + K * C + C * K + 2 * C * C)
-
-
-def _acc_view(s, swap: bool):
-    """An operand buffer (rows, cols, stage) as its stage-0 tile, its modes swapped when the accumulator that
-    writes it has the transposed orientation."""
-    if swap:
-        return cute.make_tensor(s.iterator, cute.select(s.layout, mode=[1, 0, 2]))[None, None, 0]
-    return s[None, None, 0]
 
 
 class WYTriInvVJPHopperWgmma:
@@ -178,17 +171,12 @@ class WYTriInvVJPHopperWgmma:
             load_bytes += cute.size_in_bytes(bf, cute.slice_(lay, (None, None, 0)))
         cute.arch.sync_threads()
 
-        def tma_parts(atom, g, sb, tile):
-            gt = cute.local_tile(g, tile, (0, 0, None))
-            return cpasync.tma_partition(atom, 0, cute.make_layout(1), cute.group_modes(sb, 0, 2),
-                                         cute.group_modes(gt, 0, 2))
-
         loads = [
-            (tS0, tma_parts(tS0, gS0, sS0, (K, V))), (tDDb, tma_parts(tDDb, gDDb, sDDb, (C, V))),
-            (tTb, tma_parts(tTb, gTb, sTb, (C, C))), (tDDt, tma_parts(tDDt, gDDt, sDDt, (V, C))),
-            (tDDa, tma_parts(tDDa, gDDa, sDDa, (C, V))), (tU, tma_parts(tU, gU, sU, (C, V))),
-            (tXe, tma_parts(tXe, gXe, sXe, (C, K))), (tTa, tma_parts(tTa, gTa, sTa, (C, C))),
-            (tTk, tma_parts(tTk, gTk, sTk, (C, C))),
+            (tS0, tma_chunk_parts(tS0, gS0, sS0, (K, V))), (tDDb, tma_chunk_parts(tDDb, gDDb, sDDb, (C, V))),
+            (tTb, tma_chunk_parts(tTb, gTb, sTb, (C, C))), (tDDt, tma_chunk_parts(tDDt, gDDt, sDDt, (V, C))),
+            (tDDa, tma_chunk_parts(tDDa, gDDa, sDDa, (C, V))), (tU, tma_chunk_parts(tU, gU, sU, (C, V))),
+            (tXe, tma_chunk_parts(tXe, gXe, sXe, (C, K))), (tTa, tma_chunk_parts(tTa, gTa, sTa, (C, C))),
+            (tTk, tma_chunk_parts(tTk, gTk, sTk, (C, C))),
         ]
         if warp == 0:
             with cute.arch.elect_one():
@@ -215,20 +203,6 @@ class WYTriInvVJPHopperWgmma:
         aG, aDX, aDU = acc(th1, K, C), acc(th2, K, C), acc(th3, V, C)
         aDT, aY, aZ = acc(th4, C, C), acc(th5, C, C), acc(th6, C, C)
 
-        def gemm(tmma, d, a, b, first_accumulates):
-            """One product: a wgmma per 16-wide slice of the reduction, accumulating after the first."""
-            tmma.set(warpgroup.Field.ACCUMULATE, first_accumulates)
-            for kb in cutlass.range_constexpr(cute.size(a, mode=[2])):
-                cute.gemm(tmma, d, a[(None, None, kb, 0)], b[(None, None, kb, 0)], d)
-                tmma.set(warpgroup.Field.ACCUMULATE, True)
-
-        def store(regs, dst, scale):
-            """This thread's accumulator fragment -> ``dst`` (its partition of an operand buffer seen in the
-            accumulator's orientation), scaled and rounded to bf16."""
-            r = cute.make_rmem_tensor(regs.shape, bf)
-            r.store((regs.load() * scale).to(bf))
-            cute.autovec_copy(r, dst)
-
         def sync_smem():
             cute.arch.fence_view_async_shared()
             cute.arch.sync_threads()
@@ -236,37 +210,37 @@ class WYTriInvVJPHopperWgmma:
         # ---- round 0: the products that need only inputs (P1, P3, P4b) ----
         cute.arch.mbarrier_wait(ld_bar, 0)
         warpgroup.fence()
-        gemm(mma1, aG, rS0, rDDb, False)
-        gemm(mma3, aDU, rDDt, rTb3, False)
-        gemm(mma4, aDT, rDDa, rU, False)
+        wgmma_product(mma1, aG, rS0, rDDb, False)
+        wgmma_product(mma3, aDU, rDDt, rTb3, False)
+        wgmma_product(mma4, aDT, rDDa, rU, False)
         warpgroup.commit_group()
         warpgroup.wait_group(0)
         # G = -dW^T: P2 reads dW^T (rows K, cols t: G's orientation), P4a reads dW (rows t, cols K: transposed)
-        store(aG, th1.partition_C(_acc_view(sDWt, False)), -1.0)
-        store(aG, th1.partition_C(_acc_view(sDW, True)), -1.0)
+        store_scaled(aG, th1.partition_C(acc_view(sDWt, False)), bf, -1.0)
+        store_scaled(aG, th1.partition_C(acc_view(sDW, True)), bf, -1.0)
         sync_smem()
 
         # ---- round 1: P2, P4a ----
         warpgroup.fence()
-        gemm(mma2, aDX, rDWt, rTb, False)
-        gemm(mma4, aDT, rDW, rXe, True)
+        wgmma_product(mma2, aDX, rDWt, rTb, False)
+        wgmma_product(mma4, aDT, rDW, rXe, True)
         warpgroup.commit_group()
         warpgroup.wait_group(0)
         # dT (row t, col s) -> P5's B operand (n = s, r = t): the buffer seen as (r, n)
-        store(aDT, th4.partition_C(_acc_view(sDT, True)), 1.0)
+        store_scaled(aDT, th4.partition_C(acc_view(sDT, True)), bf, 1.0)
         sync_smem()
 
         # ---- round 2: P5 ----
         warpgroup.fence()
-        gemm(mma5, aY, rTa, rDT, False)
+        wgmma_product(mma5, aY, rTa, rDT, False)
         warpgroup.commit_group()
         warpgroup.wait_group(0)
-        store(aY, th5.partition_C(_acc_view(sY, False)), 1.0)
+        store_scaled(aY, th5.partition_C(acc_view(sY, False)), bf, 1.0)
         sync_smem()
 
         # ---- round 3: P6 ----
         warpgroup.fence()
-        gemm(mma6, aZ, rY, rTk, False)
+        wgmma_product(mma6, aZ, rY, rTk, False)
         warpgroup.commit_group()
         warpgroup.wait_group(0)
 

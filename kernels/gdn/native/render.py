@@ -175,6 +175,20 @@ def _short_kernel(name: str) -> str:
     return base.rsplit("::", 1)[-1] if "::" in base else base
 
 
+def load_profile_calls(profile_paths) -> list[tuple[str, dict, dict]]:
+    """(call folder name, profile.json, provenance.json) of each ``results/native/profile/<call>/profile.json``
+    path, in the order given: what the profile tables and figure take."""
+    import json
+    from pathlib import Path
+
+    calls = []
+    for p in profile_paths:
+        folder = Path(p).parent
+        calls.append((folder.name, json.loads(Path(p).read_text()),
+                      json.loads((folder / "provenance.json").read_text())))
+    return calls
+
+
 def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
     """One line per profiled (call, implementation, cell) of ``kernel_profile.py`` results: the backward's
     CUDA-event median, the kernel trace summed by family, the heaviest kernel. ``calls`` holds

@@ -1,20 +1,18 @@
 """The backward kernel-profile table: rendered from the committed results/native/profile/<call>/ exactly as
 committed, one line per profiled row, every row that did not run named in the caption."""
 
-import json
 from pathlib import Path
 
 import pytest
 
-from kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, profile_table
+from kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, load_profile_calls, profile_table
 
 ROOT = Path(__file__).resolve().parents[3]
 PROF = ROOT / "results" / "native" / "profile"
 
 
 def _calls():
-    return [(d.name, json.loads((d / "profile.json").read_text()), json.loads((d / "provenance.json").read_text()))
-            for d in sorted(PROF.iterdir()) if (d / "profile.json").exists()]
+    return load_profile_calls(sorted(d / "profile.json" for d in PROF.iterdir() if (d / "profile.json").exists()))
 
 
 def test_short_kernel_names():
