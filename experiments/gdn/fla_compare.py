@@ -385,8 +385,9 @@ def fla_fn(member: str):
     raise KeyError(member)
 
 
-def ours_fn(member: str, backend: str, chunk: int):
-    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member, g broadcast over K)."""
+def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
+    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member, g broadcast over K).
+    ``fwd_options`` (dot_precision, wy_inverse) go to chunk_family unchanged."""
     from kernels.gdn.autograd import chunk_family
 
     m = MEMBERS[member]["ours_member"]
@@ -397,7 +398,7 @@ def ours_fn(member: str, backend: str, chunk: int):
             g = g.unsqueeze(-1).expand(*g.shape, x["q"].shape[-1])
         b = x.get("beta") if m == "kda" else x.get("b")
         return chunk_family(x["q"], x["k"], x["v"], g, b, x.get("w"), member=m, scale=s, chunk=chunk,
-                            backend=backend)[0]
+                            backend=backend, **fwd_options)[0]
 
     return f
 

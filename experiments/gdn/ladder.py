@@ -126,9 +126,10 @@ def rung_stage(device, K, V, C, T, dtype, seed):
             "errors": errs, "worst_rel_err": max(errs.values()), "worst_tensor": max(errs, key=errs.get)}
 
 
-def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", repeats=1):
+def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", repeats=1, fwd_options=None):
     """``repeats`` > 1 re-runs the same forward and backward and records whether every output and gradient
-    came back bit for bit the same (the determinism the native kernels promise)."""
+    came back bit for bit the same (the determinism the native kernels promise). ``fwd_options`` (dot_precision,
+    wy_inverse) configure the Triton forward through chunk_family."""
     from kernels.gdn import reference as R
     from kernels.gdn.autograd import chunk_family
 
@@ -141,7 +142,7 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", rep
     ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
     def run_once():
         leaves = {n: low[n].clone().requires_grad_() for n in names}
-        o, _ = chunk_family(member=member, backend=backend, chunk=C, **leaves)
+        o, _ = chunk_family(member=member, backend=backend, chunk=C, **(fwd_options or {}), **leaves)
         got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
         if o.is_cuda:
             torch.cuda.synchronize()
@@ -263,7 +264,15 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="runs per end-to-end arm compared bit for bit "
                     "(default 1 for triton, 3 for native)")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="input dtypes of the stage and end-to-end rungs (GPU)")
+    ap.add_argument("--dot-precision", choices=("tf32x3", "tf32", "ieee"), default="tf32x3",
+                    help="tl.dot input precision of the Triton forward (and the Triton backward's scan)")
+    ap.add_argument("--wy-inverse", choices=("rows", "blocked"), default="rows",
+                    help="the Triton forward's triangular inverse (row by row, or 16 x 16 blocks)")
+    ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
+    fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse}
+    if args.cpu_smoke and fwd_options != {"dot_precision": "tf32x3", "wy_inverse": "rows"}:
+        raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: forward options are GPU-only")
     repeats = args.repeats or (1 if args.backend == "triton" else 3)
 
     if args.cpu_smoke:
@@ -297,8 +306,8 @@ def main(argv=None):
         print(json.dumps(rows, indent=1, sort_keys=True))
         return rows
     rows = []
-    name = "ladder_smoke.json" if args.cpu_smoke else ("ladder.json" if args.backend == "triton"
-                                                      else f"ladder_{args.backend}.json")
+    name = args.name or ("ladder_smoke.json" if args.cpu_smoke else ("ladder.json" if args.backend == "triton"
+                                                                     else f"ladder_{args.backend}.json"))
 
     def flush(complete=False):
         """Summarise and write what has run so far, so a wall-clock cut still leaves a valid partial ladder."""
@@ -309,8 +318,9 @@ def main(argv=None):
             "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
             "backend": args.backend,
             "complete": complete,
-            "dot_precision": {"fwd": "tf32x3", "bwd_scan": "tf32x3", "bwd_intra": "tf32"} if not args.cpu_smoke
-            else "interpreter (numpy float32)",
+            "dot_precision": {"fwd": args.dot_precision, "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
+            if not args.cpu_smoke else "interpreter (numpy float32)",
+            "wy_inverse": args.wy_inverse,
             "error_rows": sum(1 for r in rows if not ok(r)),
             "tile_all_pass": (all(r["pass"] for r in rows if r["rung"] == "tile")
                               if any(r["rung"] == "tile" for r in rows) else None),
@@ -347,7 +357,7 @@ def main(argv=None):
                 rows.append(_guarded(
                     lambda member=member, T=T, V=V, dtype=dtype: rung_e2e(device, member, K, V, C, T, dtype,
                                                                           args.seed, backend=args.backend,
-                                                                          repeats=repeats),
+                                                                          repeats=repeats, fwd_options=fwd_options),
                     "e2e", member=member, V=V, T=T, dtype=str(dtype).replace("torch.", "")))
                 print("e2e", member, dtype, V, T, rows[-1].get("worst_tensor"), rows[-1]["worst_rel_err"],
                       flush=True)

@@ -4,7 +4,7 @@
 #   LETHE_GIT_SHA=<sha> bash experiments/h200/session.sh "pc,sakana,fla" <seconds-total>
 # flacmp (experiments/gdn/fla_compare.py, fla vs our GDN kernels) takes extra arguments from $FLACMP_ARGS.
 # fla640ctl: the K=128 control pair of the #640 verifier run; ladder_native: the ladder's end-to-end rung on the
-# native backend; profile: experiments/native/kernel_profile.py (extra arguments from $PROFILE_ARGS). The last two need
+# native backend (LADDER_ARGS: extra arguments, several runs separated by ';'); profile: experiments/native/kernel_profile.py (extra arguments from $PROFILE_ARGS). The last two need
 # the CuTe DSL on PYTHONPATH for their native rows.
 # A step may carry its own cap in seconds, "step:cap" (e.g. "sakana_bg,fla640q:150,native:100,sakana,flacmp").
 # sakana_bg starts the sakana compile phase in the background (CPU only: nvcc on 16 workers) so that GPU steps
@@ -60,8 +60,15 @@ for spec in ${steps//,/ }; do
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 timeout $((t-10)) python3 experiments/fla640/run.py \
               --quick --only-verifier --task 'verify fla640/gdn/K128/bfloat16' --ignore-estimates \
               --verify-timeout-s $((t-30)) --out $OUT/r/fla640ctl --budget-s $((t-20)) > $OUT/r/fla640ctl.log 2>&1 ;;
-    ladder_native) timeout $((t-10)) python3 experiments/gdn/ladder.py --backend native --out $OUT/r/ladder_native ${LADDER_ARGS:-} \
-              > $OUT/r/ladder_native.log 2>&1 ;;
+    ladder_native) # LADDER_ARGS may hold several runs separated by ';' (give each its own --name)
+            IFS=';' read -ra ladder_runs <<< "${LADDER_ARGS:-}"; [ ${#ladder_runs[@]} -gt 0 ] || ladder_runs=("")
+            for la in "${ladder_runs[@]}"; do
+              t=$(left); [ "$cap" -gt 0 ] && { c=$(( cap - ($(date +%s) - step_t0) )); [ "$c" -lt "$t" ] && t=$c; }
+              [ "$t" -gt 30 ] || { echo "   ladder run '$la' skipped: no time left"; continue; }
+              echo "   ladder run: $la"
+              timeout $((t-10)) python3 experiments/gdn/ladder.py --backend native --out $OUT/r/ladder_native $la \
+                >> $OUT/r/ladder_native.log 2>&1
+            done ;;
     profile) { [ -d /tmp/site/fla ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/fla_core-0.6.0-py3-none-any.whl; } \
            && PYTHONPATH=/tmp/site:$PYTHONPATH FLA_DISABLE_BACKEND_DISPATCH=1 TRITON_CACHE_DIR=/tmp/lethe-flacmp-triton-cache timeout $((t-10)) \
               python3 experiments/native/kernel_profile.py --out $OUT/r/profile --budget-s $((t-60)) ${PROFILE_ARGS:-} > $OUT/r/profile.log 2>&1 ;;

@@ -649,7 +649,96 @@ def k1_wgmma_stage(out, quick):
         save(out)
 
 
-STAGES = ("ceilings", "correctness", "k2_correctness", "k2_timing", "backward_timing", "timing", "k1_wgmma")
+# ---------------------------------------------------------------- K2 on Hopper tensor cores (TMA + wgmma)
+
+def k2_wgmma_stage(out, quick):
+    """Correctness first (real GDN data: vs float64 K2 on the same operands within 2x the float64 replay of the
+    kernel's own bf16 roundings (k2_model) + 1e-4, finite, dA zero on and above the diagonal, bitwise over 3
+    runs), then timing against the SIMT K2 on the K2 timing shapes. The wgmma launch includes its operands'
+    float32 -> bf16 casts (the wrapper's contract); a second timing hands it bf16 operands."""
+    import numpy as np
+
+    from kernels.gdn.native.k2_model import k2_batched
+
+    if DEV == "cpu":
+        out["k2_wgmma_skipped"] = "dry run: the tensor-core K2 has no CPU stand-in"
+        return
+    from kernels.gdn.native.api import k2_launch, k2_wgmma_launch
+
+    corr = []
+    out["k2_wgmma_correctness"] = corr
+    B, H, T = 2, 4, 1000
+    for V in (64, 128):
+        progress(f"K2 wgmma correctness d_v={V}")
+        q, k, v, gt, b, w, do, dS = gdn_inputs(B, H, T, V, torch.bfloat16, seed=70 + V)
+        _, _, ctx = chunked.chunk_fwd(q, k, v, gt, b, w, None, C, None)
+        do_c = chunked._to_chunks(do, C, torch.float32)
+        dd = chunked.reverse_state_scan(do_c, ctx, dS)[1]
+        L = dd.shape[0] * dd.shape[1] * dd.shape[2]
+
+        def flat(x, *tail, L=L):
+            return x.reshape(L, *tail).contiguous()
+        ops = (flat(dd, C, V), flat(ctx["Hs"], K, V), flat(ctx["Tm"], C, C), flat(ctx["Xe"], C, K),
+               flat(ctx["uc"], C, V))
+        runs = [k2_wgmma_launch(*ops) for _ in range(3)]
+        torch.cuda.synchronize()
+        np64 = [x.double().cpu().numpy() for x in ops]
+        exact = k2_batched(*np64)
+        model = k2_batched(*np64, operand_round="bf16")
+        row = dict(V=V, T=T, B=B, H=H, chunks=L,
+                   finite=all(bool(torch.isfinite(x).all()) for x in runs[0]),
+                   dA_upper_zero=bool(torch.all(torch.triu(runs[0][2]) == 0)),
+                   bitwise_3runs=all(torch.equal(x, y) for r in runs[1:] for x, y in zip(runs[0], r, strict=True)))
+        ok = row["finite"] and row["bitwise_3runs"] and row["dA_upper_zero"]
+        simt = k2_launch(*ops)
+        for name, a, r, m, s_ in zip(("dXe", "du", "dA"), runs[0], exact, model, simt, strict=True):
+            r = torch.from_numpy(np.ascontiguousarray(r))
+            m = torch.from_numpy(np.ascontiguousarray(m))
+            row[f"{name}_rel_vs_f64"] = rel(a.cpu(), r)
+            row[f"{name}_bf16_model_rel_vs_f64"] = rel(m, r)
+            row[f"{name}_simt_rel_vs_f64"] = rel(s_.cpu(), r)
+            ok = ok and row[f"{name}_rel_vs_f64"] <= 2 * row[f"{name}_bf16_model_rel_vs_f64"] + 1e-4
+        row["passed"] = bool(ok)
+        corr.append(row)
+        progress("  " + json.dumps({k_: (f"{v_:.2e}" if isinstance(v_, float) else v_) for k_, v_ in row.items()}))
+        save(out)
+    if not all(r["passed"] for r in corr):
+        out["k2_wgmma_timing_skipped"] = "correctness failed: not timed"
+        return
+    ceil = out.get("ceilings", {})
+    rows = []
+    out["k2_wgmma_timing"] = rows
+    for V in (64, 128):
+        for T_ in ((1024, 4096) if quick else (1024, 4096, 16384)):
+            BH = 128 if T_ <= 4096 else 64
+            L = BH * (T_ // C)
+            if over_budget():
+                rows.append(dict(T=T_, V=V, BH=BH, skipped="budget"))
+                continue
+            progress(f"K2 wgmma timing T={T_} d_v={V} B*H={BH} chunks={L}")
+            flops, nbytes = k2_counts(L, V)
+            row = dict(T=T_, V=V, K=K, C=C, BH=BH, chunks=L, flops=flops, bytes_f32=nbytes)
+            sets = [synth_k2(L, V, sd) for sd in (1, 2)]
+            med, lo, hi = events_median(lambda s_: k2_wgmma_launch(*s_), sets)
+            row.update(wgmma_ms=med, wgmma_spread_ms=[lo, hi])
+            bf_sets = [tuple(x.to(torch.bfloat16) for x in s_) for s_ in sets]
+            med_b, _, _ = events_median(lambda s_: k2_wgmma_launch(*s_), bf_sets)
+            row["wgmma_bf16_in_ms"] = med_b
+            med2, _, _ = events_median(lambda s_: k2_launch(*s_), sets)
+            row["simt_ms"] = med2
+            row["speedup_vs_simt"] = med2 / med_b
+            if ceil:  # bf16 operands in, float32 results out
+                row["floor_bytes_ms"] = nbytes * 0.75 / (ceil["copy_GBps"] * 1e9) * 1e3
+                row["wgmma_bf16_in_over_floor"] = med_b / row["floor_bytes_ms"]
+            rows.append(row)
+            progress("  " + json.dumps(row, default=str))
+            save(out)
+            del sets, bf_sets
+            torch.cuda.empty_cache()
+
+
+STAGES = ("ceilings", "correctness", "k2_correctness", "k2_timing", "backward_timing", "timing", "k1_wgmma",
+          "k2_wgmma")
 
 
 def main(argv=None):
@@ -699,7 +788,8 @@ def main(argv=None):
                "k2_timing": lambda: time_k2(out, a.quick),
                "backward_timing": lambda: time_backward(out, a.quick),
                "timing": lambda: time_configs(out, a.quick),
-               "k1_wgmma": lambda: k1_wgmma_stage(out, a.quick)}
+               "k1_wgmma": lambda: k1_wgmma_stage(out, a.quick),
+               "k2_wgmma": lambda: k2_wgmma_stage(out, a.quick)}
     for name in STAGES:
         if name not in stages:
             continue

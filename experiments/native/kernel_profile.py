@@ -98,6 +98,29 @@ def _load(path: str, name: str):
     return mod
 
 
+FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "blocked"),
+                    "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
+                    "ieee": ("dot_precision", "ieee")}
+
+
+def parse_impl(impl: str) -> tuple[str, dict]:
+    """``"hybrid-tc@blocked+tf32"`` -> ``("hybrid-tc", {"wy_inverse": "blocked", "dot_precision": "tf32"})``: an
+    implementation with its Triton forward configured (the words of FWD_OPTION_WORDS after an "@", joined by
+    "+"); a plain name has no options. Only our Triton-forward implementations take options."""
+    base, _, opts = impl.partition("@")
+    if not opts:
+        return base, {}
+    if base not in ("ours", "hybrid", "hybrid-tc"):
+        raise ValueError(f"{base} has no Triton forward to configure ({impl!r})")
+    out = {}
+    for word in opts.split("+"):
+        if word not in FWD_OPTION_WORDS:
+            raise ValueError(f"unknown forward option {word!r} in {impl!r}; expected {sorted(FWD_OPTION_WORDS)}")
+        key, value = FWD_OPTION_WORDS[word]
+        out[key] = value
+    return base, out
+
+
 def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,
                  device: str = "cuda") -> dict:
     """One implementation on one cell: check against ``ref_grads`` (ours), time the backward, profile it.
@@ -106,11 +129,12 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device == "cuda"
+    base_impl, fwd_options = parse_impl(impl)
     fn, guarded = {"fla": lambda: (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
-                   "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64), False),
+                   "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64, **fwd_options), False),
                    "native": lambda: (fc.ours_fn(member, "native", 64), False),
-                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64), False),
-                   "hybrid-tc": lambda: (fc.ours_fn(member, "hybrid-tc", 64), False)}[impl]()
+                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64, **fwd_options), False),
+                   "hybrid-tc": lambda: (fc.ours_fn(member, "hybrid-tc", 64, **fwd_options), False)}[base_impl]()
     dt = torch.bfloat16 if cuda else torch.float32
     sets = [fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed + i, device) for i in range(args.sets)]
     leaves, do = sets[0]
@@ -233,7 +257,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cells", default="gdn:128:4096:8,gdn:128:4096:128",
                     help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
-    ap.add_argument("--impls", default="ours,fla,native", help="from ours, fla, native, hybrid, hybrid-tc")
+    ap.add_argument("--impls", default="ours,fla,native",
+                    help="from ours, fla, native, hybrid, hybrid-tc; ours/hybrid/hybrid-tc may name forward options "
+                         "after '@' joined by '+' (rows|blocked, tf32x3|tf32|ieee), e.g. hybrid-tc@blocked+tf32")
     ap.add_argument("--native-max-head-tokens", type=int, default=65536,
                     help="native's torch forward materialises [B,H,N,C,C,K] float32 tensors: larger cells skip it")
     ap.add_argument("--seed", type=int, default=20260829)
@@ -288,6 +314,7 @@ def main(argv=None) -> dict:
             if time.time() - start > args.budget_s:
                 rows.append({**base, "status": "skipped", "reason": "time budget"})
                 continue
+            row_options = parse_impl(impl)[1]
             if impl == "native" and B * 2 * T > args.native_max_head_tokens:
                 rows.append({**base, "status": "skipped",
                              "reason": f"native above {args.native_max_head_tokens} head-tokens (memory)"})
@@ -301,6 +328,8 @@ def main(argv=None) -> dict:
                 if impl not in impls:
                     continue
             row.update(floors(fc, member, B, T, V, ceilings))
+            if row_options:
+                row["fwd_options"] = row_options
             rows.append(row)
             p = row.get("profile", {})
             print(f"[{time.time() - start:6.1f}s] {cell} {impl}: {row.get('status')} wall {row.get('bwd_wall_ms')} ms "

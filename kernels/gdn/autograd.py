@@ -54,13 +54,14 @@ class ChunkGDNFunction(torch.autograd.Function):
     """Chunked forward + explicit chunked backward of the general recurrence (one Function for all members)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision):
+    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision, wy_inverse):
         if backend == "torch":
             o, S, saved = chunked.chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state)
         elif backend == "triton":
             from .triton_fwd import triton_chunk_fwd
 
-            o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
+            o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision,
+                                           wy_inverse=wy_inverse)
         elif backend in _NATIVE_KEYS:
             key = _NATIVE_KEYS[backend]
             if key not in NATIVE_BACKENDS:
@@ -69,7 +70,7 @@ class ChunkGDNFunction(torch.autograd.Function):
                 raise NotImplementedError(f"no {backend} GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
             impl = NATIVE_BACKENDS[key]
             if backend != "native":
-                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
+                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse)
             else:
                 o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
         else:  # pragma: no cover - resolved before
@@ -93,22 +94,28 @@ class ChunkGDNFunction(torch.autograd.Function):
             grads = NATIVE_BACKENDS[_NATIVE_KEYS[ctx.backend]].backward(do, saved, dS)
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
-        return dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None), None, None, None, None
+        return (dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None),
+                None, None, None, None, None)
 
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
                  output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
-                 dot_precision: str = "tf32x3"):
+                 dot_precision: str = "tf32x3", wy_inverse: str = "rows"):
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
     KDA g[B,T,H,K] and beta passed as b[B,T,H] (w ignored); GDN g[B,T,H,K] (or [B,T,H]), b[B,T,H,K], w[B,T,H,V].
     Gradients flow back to the member's own gate tensors through the broadcasts.
+
+    ``dot_precision`` and ``wy_inverse`` configure the Triton forward (backends "triton", "hybrid", "hybrid-tc"):
+    tl.dot's input precision ("tf32x3", "tf32", "ieee"; the backward's scan uses it too) and how the WY kernel
+    inverts its triangular tile ("rows": forward substitution row by row; "blocked": 16 x 16 blocks on tensor
+    cores). The torch and native backends ignore them.
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
     gf, bf, wf = gates_for_member(member, q, v, g, b, w)
     be = _resolve_backend(backend, q)
     o, S = ChunkGDNFunction.apply(q, k, v, gf.contiguous(), None if bf is None else bf.contiguous(),
-                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision)
+                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision, wy_inverse)
     return o, (S if output_final_state else None)

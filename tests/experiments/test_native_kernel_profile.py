@@ -70,3 +70,14 @@ def test_floors_use_the_benchmark_counts_and_the_measured_ceilings(prof):
     want = max(c["bwd_flops"] / 800e12, c["bwd_bytes"] / 4e12) * 1e3
     assert f["bwd_floor_ms"] == pytest.approx(want) and f["fwd_bwd_floor_ms"] > f["bwd_floor_ms"]
     assert "bwd_floor_ms" not in prof.floors(fc, "gdn", 128, 4096, 128, {"measured": False})
+
+
+def test_impl_names_carry_forward_options(prof):
+    assert prof.parse_impl("hybrid-tc") == ("hybrid-tc", {})
+    assert prof.parse_impl("hybrid-tc@blocked+tf32") == ("hybrid-tc", {"wy_inverse": "blocked",
+                                                                       "dot_precision": "tf32"})
+    assert prof.parse_impl("ours@rows") == ("ours", {"wy_inverse": "rows"})
+    with pytest.raises(ValueError, match="no Triton forward"):
+        prof.parse_impl("fla@tf32")
+    with pytest.raises(ValueError, match="unknown forward option"):
+        prof.parse_impl("hybrid-tc@bf16")

@@ -70,10 +70,10 @@ class HybridGDN:
     name = "hybrid-triton-cute-k1"
 
     @staticmethod
-    def forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision="tf32x3"):
+    def forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision="tf32x3", wy_inverse="rows"):
         from ..triton_fwd import triton_chunk_fwd
 
-        return triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision)
+        return triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse=wy_inverse)
 
     @staticmethod
     def backward(do, saved, dS_final):

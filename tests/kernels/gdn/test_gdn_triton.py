@@ -106,3 +106,21 @@ def test_blocked_triangular_inverse_gives_the_row_by_row_forward(C, T):
                                                                                 torch.diagonal(eye, 0, -2, -1))
     with pytest.raises(ValueError, match="wy_inverse"):
         triton_chunk_fwd(*f, chunk=C, wy_inverse="diagonal")
+
+
+def test_chunk_family_passes_the_forward_options_through_autograd():
+    # chunk_family(wy_inverse="blocked") takes the blocked kernel's T (saved for the backward) and still gives
+    # the float64 gradients; an unknown option is refused by the forward, not ignored
+    q, k, v, g, b, w, _ = make_inputs(T=40, K=16, V=32)
+    leaves64 = [x.clone().requires_grad_() for x in (q, k, v, g, b, w)]
+    o64, _ = chunk_family(*leaves64, member="gdn", chunk=16, backend="torch")
+    do = torch.randn(o64.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    ref = torch.autograd.grad((o64 * do).sum(), leaves64)
+    leaves = [x.float().clone().requires_grad_() for x in (q, k, v, g, b, w)]
+    o, _ = chunk_family(*leaves, member="gdn", chunk=16, backend="triton", wy_inverse="blocked")
+    got = torch.autograd.grad((o * do.float()).sum(), leaves)
+    assert rel_err(o, o64) < TOL
+    for a, r in zip(got, ref, strict=True):
+        assert rel_err(a, r) < TOL
+    with pytest.raises(ValueError, match="wy_inverse"):
+        chunk_family(*leaves, member="gdn", chunk=16, backend="triton", wy_inverse="diagonal")
