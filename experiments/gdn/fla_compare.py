@@ -655,7 +655,7 @@ def precompile_ours(run: Run, combos) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from kernels.gdn.triton_fwd import decay_floor_check_off, triton_chunk_fwd
     from lethe.aot import record_launches
 
     t0 = time.perf_counter()
@@ -668,7 +668,7 @@ def precompile_ours(run: Run, combos) -> None:
     for erase, V, T in combos:
         q, k, v, g, w = z(1, T, 1, K), z(1, T, 1, K), z(1, T, 1, V), z(1, T, 1, K), z(1, T, 1, V)
         b = z(1, T, 1, K) if erase else None
-        with record_launches(execute=False) as launches:
+        with record_launches(execute=False) as launches, decay_floor_check_off():
             o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=run.C)
             triton_chunk_bwd(torch.zeros_like(o), ctx)
         recs += launches

@@ -35,7 +35,7 @@ for p in (str(ROOT / "src"), str(ROOT)):
 import torch  # noqa: E402
 
 SCHEMA = "lethe.gdn.triton_aot/1"
-KERNEL_ORDER = ("wy_fwd_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
+KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
 
 
 def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None):
@@ -52,7 +52,9 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     g = (-0.05 * torch.rand(B, T, H, K, generator=gen)).to(dtype)
     b = torch.rand(B, T, H, K, generator=gen).to(dtype) if erase else None
     w = torch.rand(B, T, H, V, generator=gen).to(dtype)
-    with record_launches(execute=False) as launches:
+    from kernels.gdn.triton_fwd import decay_floor_check_off
+
+    with record_launches(execute=False) as launches, decay_floor_check_off():
         o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=C)
         triton_chunk_bwd(torch.zeros_like(o), ctx)
     return list(launches)

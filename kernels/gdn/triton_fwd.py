@@ -6,8 +6,10 @@
    delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
 3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
 
-Conventions: all internal tensors are float32 in a ``[B, H, T_pad, D]`` layout; gamma is the chunk-local
-cumulative log-decay (computed in torch, a trivial stage). The pairwise decay exp(gamma_t - gamma_s) is factored
+0. ``prep_fwd_kernel`` (grid B*H x N): the inputs in the internal layout, gamma = the chunk-local cumulative
+   log-decay, u = w*v and e = b*k, in one pass.
+
+Conventions: all internal tensors are float32 in a ``[B, H, T_pad, D]`` layout. The pairwise decay exp(gamma_t - gamma_s) is factored
 as exp(gamma_t) * exp(-gamma_s) with gamma anchored at the chunk start, which is exact in real arithmetic but
 overflows float32 once a chunk's cumulative log-decay drops below about -80; the wrapper refuses such inputs
 rather than return inf/nan (use smaller chunks or the torch backend for extreme gates).
@@ -17,6 +19,8 @@ Loop bounds are ``tl.constexpr`` under ``TRITON_INTERPRET=1`` so the kernels als
 (one compile per sequence length); the others read it from their grid. K and V must be powers
 of two >= 16 (tl.dot tile minimum). Interpreter mode is trustworthy in float32 only.
 """
+
+import contextlib
 
 import torch
 import triton
@@ -31,6 +35,7 @@ GAMMA_FLOOR = -80.0
 # asks for 394,240-443,392 B with it). Within that, the warp count / V-block was picked for the fewest register spills. The
 # interpreter ignores num_warps, and for V <= 32 the V-blocks are what they were before: CPU numerics unchanged.
 FWD_LAUNCH = {
+    "prep_fwd_kernel": dict(num_warps=4, num_stages=1),  # not tuned (memory-bound copy)
     "wy_fwd_kernel": dict(num_warps=8, num_stages=1),
     "wy_fwd_blocked_kernel": dict(num_warps=4, num_stages=1),  # not tuned: no AOT or H200 run yet
     "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
@@ -243,6 +248,75 @@ def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
     tl.store(O_ptr + offv, o)
 
 
+@triton.jit
+def _load_rows(x_ptr, sb, st, sh, b, h, t, tmask, D: tl.constexpr):
+    """Rows ``t`` of head (b, h) of a [B, T, H, D] tensor with any strides, as float32; rows past T read as 0."""
+    cd = tl.arange(0, D)
+    x = tl.load(x_ptr + b * sb + t[:, None] * st + h * sh + cd[None, :], mask=tmask[:, None], other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def prep_fwd_kernel(q_ptr, k_ptr, g_ptr, v_ptr, w_ptr, b_ptr,
+                    sq0, sq1, sq2, sk0, sk1, sk2, sg0, sg1, sg2, sv0, sv1, sv2, sw0, sw1, sw2, sb0, sb1, sb2,
+                    qi_ptr, ki_ptr, gam_ptr, vi_ptr, wi_ptr, ui_ptr, bi_ptr, ei_ptr, T, H,
+                    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, HAS_ERASE: tl.constexpr):
+    # The forward's inputs in its internal layout, one chunk of one head per program, in one pass: q, k, v, w,
+    # b as float32 [B, H, T_pad, D] (padding rows 0), gamma = the chunk-local cumulative sum of g, u = w * v and
+    # e = b * k. Replaces a cast-and-transpose copy per tensor, two products and a cumsum in torch (the forward
+    # profile's torch kernels). s*0, s*1, s*2 are the (batch, time, head) strides of each input.
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    b = bh // H
+    h = bh % H
+    r = tl.arange(0, C)
+    t = n * C + r
+    tmask = t < T
+    ck = tl.arange(0, K)
+    cv = tl.arange(0, V)
+    row = bh * NT * C + n * C + r
+    offk = row[:, None] * K + ck[None, :]
+    offv = row[:, None] * V + cv[None, :]
+    tl.store(qi_ptr + offk, _load_rows(q_ptr, sq0, sq1, sq2, b, h, t, tmask, K))
+    k = _load_rows(k_ptr, sk0, sk1, sk2, b, h, t, tmask, K)
+    tl.store(ki_ptr + offk, k)
+    tl.store(gam_ptr + offk, tl.cumsum(_load_rows(g_ptr, sg0, sg1, sg2, b, h, t, tmask, K), 0))
+    v = _load_rows(v_ptr, sv0, sv1, sv2, b, h, t, tmask, V)
+    w = _load_rows(w_ptr, sw0, sw1, sw2, b, h, t, tmask, V)
+    tl.store(vi_ptr + offv, v)
+    tl.store(wi_ptr + offv, w)
+    tl.store(ui_ptr + offv, w * v)
+    if HAS_ERASE:
+        e = _load_rows(b_ptr, sb0, sb1, sb2, b, h, t, tmask, K)
+        tl.store(bi_ptr + offk, e)
+        tl.store(ei_ptr + offk, e * k)
+
+
+def prepare_inputs(q, k, g, v, w, b, C: int) -> dict:
+    """The forward's internal float32 operands from [B, T, H, D] inputs in one kernel (``prep_fwd_kernel``):
+    qi, ki, gam (chunk-local cumulative log-decay), vi, wi, ui = w*v, and, with an erase gate, bi and ei = b*k.
+    Equal to :func:`to_internal` of each input and the torch products / cumsum (the cumsum may round in another
+    order)."""
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    TP = T + (-T) % C
+    dev = q.device
+    f32 = dict(device=dev, dtype=torch.float32)
+    out = {n: torch.empty(B, H, TP, K, **f32) for n in ("qi", "ki", "gam")}
+    out.update({n: torch.empty(B, H, TP, V, **f32) for n in ("vi", "wi", "ui")})
+    has_erase = b is not None
+    out.update({n: (torch.empty(B, H, TP, K, **f32) if has_erase else None) for n in ("bi", "ei")})
+    bb = b if has_erase else k  # any valid pointer; HAS_ERASE=False never reads it
+    q, k, g, v, w, bb = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, g, v, w, bb))
+    strides = [s_ for x in (q, k, g, v, w, bb) for s_ in x.stride()[:3]]
+    prep_fwd_kernel[(B * H, TP // C)](q, k, g, v, w, bb, *strides,
+                                      out["qi"], out["ki"], out["gam"], out["vi"], out["wi"], out["ui"],
+                                      out["bi"] if has_erase else out["qi"], out["ei"] if has_erase else out["qi"],
+                                      T, H, K=K, V=V, C=C, HAS_ERASE=has_erase, **_launch("prep_fwd_kernel"))
+    return out
+
+
 def to_internal(x: torch.Tensor, C: int) -> torch.Tensor:
     """[B, T, H, D] (any float dtype) -> contiguous float32 [B, H, T_pad, D], zero-padded to a chunk multiple.
     One strided copy that casts and transposes at once (the profile counted a cast, a pad and a transpose, three
@@ -264,6 +338,20 @@ def from_internal(x: torch.Tensor, T: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+_FLOOR_CHECK = {"on": True}
+
+
+@contextlib.contextmanager
+def decay_floor_check_off():
+    """Skip the decay-floor check inside the block: for recording launches without running them
+    (``lethe.aot.record_launches(execute=False)``), when the prepared gamma is uninitialised memory."""
+    _FLOOR_CHECK["on"] = False
+    try:
+        yield
+    finally:
+        _FLOOR_CHECK["on"] = True
+
+
 def _check_dims(K: int, V: int, C: int) -> None:
     for name, d in (("K", K), ("V", V), ("chunk", C)):
         if d < 16 or d & (d - 1):
@@ -280,22 +368,18 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     C = chunk
     _check_dims(K, V, C)
     s = K**-0.5 if scale is None else float(scale)
-    qi, ki, gi = to_internal(q, C), to_internal(k, C), to_internal(g, C)
+    x = prepare_inputs(q, k, g, v, w, b, C)
+    qi, ki, gam, vi, wi, ui, bi, ei = (x[n] for n in ("qi", "ki", "gam", "vi", "wi", "ui", "bi", "ei"))
     TP = qi.shape[2]
     NT = TP // C
-    gam = gi.reshape(B, H, NT, C, K).cumsum(-2).reshape(B, H, TP, K).contiguous()
-    if gam.numel() and float(gam.min()) < GAMMA_FLOOR:
+    if _FLOOR_CHECK["on"] and gam.numel() and float(gam.min()) < GAMMA_FLOOR:
         raise ValueError(
             f"chunk-local cumulative log-decay reaches {float(gam.min()):.1f} < {GAMMA_FLOOR}: the factored "
             "decay would overflow float32; use a smaller chunk or the torch backend"
         )
-    vi, wi = to_internal(v, C), to_internal(w, C)
-    ui = wi * vi
     has_erase = b is not None
     dev = q.device
     if has_erase:
-        bi = to_internal(b, C)
-        ei = (bi * ki).contiguous()
         Tm = torch.empty(B, H, NT, C, C, device=dev, dtype=torch.float32)
         Wi = torch.empty_like(ki)
         Ui = torch.empty_like(ui)
@@ -305,7 +389,7 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
         kern[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision, **_launch(name))
     else:
-        bi = ei = Tm = None
+        Tm = None
         Wi, Ui = ki, ui  # W unused when HAS_ERASE is False
     BVs = bv or min(V, FWD_LAUNCH["state_fwd_kernel"]["BV"])
     BV = bv or min(V, FWD_LAUNCH["output_fwd_kernel"]["BV"])

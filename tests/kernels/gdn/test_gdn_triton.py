@@ -124,3 +124,44 @@ def test_chunk_family_passes_the_forward_options_through_autograd():
         assert rel_err(a, r) < TOL
     with pytest.raises(ValueError, match="wy_inverse"):
         chunk_family(*leaves, member="gdn", chunk=16, backend="triton", wy_inverse="diagonal")
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("erase", [True, False])
+def test_prepare_inputs_is_the_layout_change_products_and_cumsum(dtype, erase):
+    # the forward's one-pass input kernel against to_internal of each input and the torch products / cumsum:
+    # casts, transposes, padding and products exact; the chunk-local cumsum within float32 rounding
+    from kernels.gdn.triton_fwd import prepare_inputs, to_internal
+
+    C, T = 16, 37
+    q, k, v, g, b, w, _ = make_inputs(T=T, K=16, V=32)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # non-contiguous [B, T, H, K] view
+    q, k, v, g, b, w = (x.to(dtype) for x in (q, k, v, g, b, w))
+    got = prepare_inputs(q, k, g, v, w, b if erase else None, C)
+    want = {"qi": to_internal(q, C), "ki": to_internal(k, C), "vi": to_internal(v, C), "wi": to_internal(w, C)}
+    want["ui"] = want["wi"] * want["vi"]
+    if erase:
+        want["bi"] = to_internal(b, C)
+        want["ei"] = want["bi"] * want["ki"]
+    for name, x in want.items():
+        assert torch.equal(got[name], x), name
+    gi = to_internal(g, C)
+    B, H, TP, K = gi.shape
+    gam = gi.reshape(B, H, TP // C, C, K).cumsum(-2).reshape(B, H, TP, K)
+    assert rel_err(got["gam"], gam) < 1e-6
+    assert (got["bi"] is None) == (not erase) and (got["ei"] is None) == (not erase)
+
+
+def test_decay_floor_is_refused_unless_the_check_is_off_for_recording():
+    from kernels.gdn.triton_fwd import decay_floor_check_off
+
+    q, k, v, g, b, w, _ = make_inputs(T=32, K=16, V=16)
+    f = [x.float() for x in (q, k, v, g, b, w)]
+    f[3] = torch.full_like(f[3], -3.0)  # 16 steps of -3: the chunk-local sum reaches -48, then -96 at chunk 32
+    triton_chunk_fwd(*f, chunk=16)
+    with pytest.raises(ValueError, match="cumulative log-decay"):
+        triton_chunk_fwd(*f, chunk=32)
+    with decay_floor_check_off():
+        triton_chunk_fwd(*f, chunk=32)  # inf/nan inside, but no refusal: the check is off
+    with pytest.raises(ValueError, match="cumulative log-decay"):
+        triton_chunk_fwd(*f, chunk=32)

@@ -1,0 +1,218 @@
+"""Launch-configuration sweep of the GDN Triton kernels on the GPU: which num_warps / V-block is fastest.
+
+The wrappers' launch tables (``triton_fwd.FWD_LAUNCH``, ``triton_bwd.BWD_LAUNCH``) were chosen from ahead-of-time
+compiles (fewest register spills; experiments/gdn/triton_aot.py), never timed. This script times them: for each
+kernel and each candidate configuration it runs the hybrid-tc forward and backward (bf16 inputs; the forward and
+the intra-chunk backward are the Triton kernels every Triton-based backend shares) with that one table entry
+changed, and
+
+1. checks first that the configuration computes the same thing: output, final state and every gradient within
+   ``--same-rel`` (relative to max|x|) of the default configuration's (a different warp count or V-block may
+   reorder float32 sums, nothing else); a configuration that fails is recorded and not timed;
+2. times the kernel itself from the device's kernel trace (torch.profiler, median over ``--reps`` profiled
+   passes, rotating over two input sets after a warm-up) and the whole pass with CUDA events.
+
+    LETHE_GIT_SHA=<sha> python3 experiments/gdn/triton_launch_sweep.py --out $OUT/sweep
+
+Output: ``sweep.json`` (one row per kernel and configuration; the default marked) and ``provenance.json``.
+A faster configuration found here changes the table only after the ladder has passed with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+
+# candidates per kernel (each a partial override of the table entry); the default is always timed too
+CANDIDATES = {
+    "wy_fwd_kernel": [dict(num_warps=w) for w in (1, 2, 4, 8)],
+    "wy_fwd_blocked_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
+    "state_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
+    "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)],
+    "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
+    "bwd_tail_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
+}
+FORWARD_KERNELS = ("wy_fwd_kernel", "wy_fwd_blocked_kernel", "state_fwd_kernel", "output_fwd_kernel")
+
+
+def table_for(kernel: str) -> dict:
+    from kernels.gdn import triton_bwd, triton_fwd
+
+    return triton_fwd.FWD_LAUNCH if kernel in FORWARD_KERNELS else triton_bwd.BWD_LAUNCH
+
+
+@contextmanager
+def launch_override(kernel: str, override: dict):
+    """The launch table entry of ``kernel`` updated with ``override`` for the duration; restored after."""
+    table = table_for(kernel)
+    saved = dict(table[kernel])
+    table[kernel] = {**saved, **override}
+    try:
+        yield table[kernel]
+    finally:
+        table[kernel] = saved
+
+
+def max_rel(a, b) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def run_pass(fn, leaves, do):
+    """One forward and backward; returns (o, final_state, grads) detached."""
+    import torch
+
+    o, S = fn(leaves)
+    grads = torch.autograd.grad((o.float() * do.float()).sum() + S.sum(), list(leaves.values()))
+    return o.detach(), S.detach(), [g.detach() for g in grads]
+
+
+def kernel_ms(prof, name: str) -> float | None:
+    import torch
+
+    ts = [e.time_range.end - e.time_range.start for e in prof.events()
+          if e.device_type == torch.autograd.DeviceType.CUDA and e.name == name]
+    return sum(ts) * 1e-3 if ts else None
+
+
+def sweep_cell(V: int, T: int, B: int, kernels: list[str], args, start: float) -> list[dict]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from kernels.gdn.autograd import chunk_family
+    fc_inputs = _bench_inputs()
+    H, K = 2, 128
+    sets = [fc_inputs("gdn", B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda") for i in range(2)]
+    rows = []
+    for kernel in kernels:
+        wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else "rows"
+
+        def fn(x, wy=wy):
+            return chunk_family(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], member="gdn", backend="hybrid-tc",
+                                chunk=64, output_final_state=True, wy_inverse=wy)
+        default = dict(table_for(kernel)[kernel])
+        ref = run_pass(fn, *sets[0])  # the default configuration's results
+        torch.cuda.synchronize()
+        configs = [{}] + [c for c in CANDIDATES[kernel] if any(default.get(k) != v for k, v in c.items())]
+        for override in configs:
+            row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16",
+                   "wy_inverse": wy, "config": {**default, **override}, "is_default": not override}
+            if time.time() - start > args.budget_s:
+                rows.append({**row, "status": "skipped", "reason": "time budget"})
+                continue
+            try:
+                with launch_override(kernel, override):
+                    t0 = time.perf_counter()
+                    got = run_pass(fn, *sets[0])
+                    torch.cuda.synchronize()
+                    row["first_call_s"] = round(time.perf_counter() - t0, 2)
+                    diffs = [max_rel(a, b) for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]],
+                                                           strict=True)]
+                    row["max_rel_vs_default"] = max(diffs)
+                    if not row["max_rel_vs_default"] <= args.same_rel:
+                        rows.append({**row, "status": "differs"})
+                        continue
+                    for i in range(args.warmup):
+                        run_pass(fn, *sets[i % 2])
+                    torch.cuda.synchronize()
+                    walls, kms = [], []
+                    for i in range(args.reps):
+                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                        e0.record()
+                        run_pass(fn, *sets[i % 2])
+                        e1.record()
+                        torch.cuda.synchronize()
+                        walls.append(e0.elapsed_time(e1))
+                    for i in range(args.profile_reps):
+                        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                            run_pass(fn, *sets[i % 2])
+                            torch.cuda.synchronize()
+                        kms.append(kernel_ms(prof, kernel))
+                row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
+                row["kernel_ms"] = round(statistics.median(kms), 4) if all(k is not None for k in kms) else None
+                row["status"] = "ok"
+            except Exception as exc:  # a configuration that does not compile or launch costs its row only
+                row.update(status="error", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
+            rows.append(row)
+            print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row['config']}: {row['status']} "
+                  f"kernel {row.get('kernel_ms')} ms, pass {row.get('fwd_bwd_wall_ms')} ms, "
+                  f"diff {row.get('max_rel_vs_default', float('nan')):.1e}", flush=True)
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _bench_inputs():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fla_compare_for_sweep", ROOT / "experiments/gdn/fla_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fla_compare_for_sweep"] = mod
+    spec.loader.exec_module(mod)
+    return mod.bench_inputs
+
+
+def best_per_kernel(rows: list[dict]) -> dict:
+    """Per kernel and cell: the default's kernel time and the fastest configuration that computes the same."""
+    out = {}
+    for r in rows:
+        if r.get("status") != "ok" or r.get("kernel_ms") is None:
+            continue
+        key = f"{r['kernel']}|V{r['V']}|T{r['T']}"
+        cur = out.setdefault(key, {"default_ms": None, "best_ms": None, "best_config": None})
+        if r["is_default"]:
+            cur["default_ms"] = r["kernel_ms"]
+        if cur["best_ms"] is None or r["kernel_ms"] < cur["best_ms"]:
+            cur["best_ms"], cur["best_config"] = r["kernel_ms"], r["config"]
+    return out
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cells", default="128:4096:128,64:4096:128", help="d_v:T:B (H = 2, d_k = 128)")
+    ap.add_argument("--kernels", default=",".join(CANDIDATES))
+    ap.add_argument("--seed", type=int, default=20261129)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=6)
+    ap.add_argument("--profile-reps", type=int, default=3)
+    ap.add_argument("--same-rel", type=float, default=1e-4,
+                    help="largest relative difference from the default configuration's results accepted as "
+                         "'the same computation' (float32 sums in another order)")
+    ap.add_argument("--budget-s", type=float, default=400)
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SystemExit("the launch sweep needs a CUDA GPU (the ahead-of-time view is experiments/gdn/triton_aot.py)")
+    kernels = [k for k in args.kernels.split(",") if k]
+    unknown = set(kernels) - set(CANDIDATES)
+    if unknown:
+        raise SystemExit(f"unknown kernels {sorted(unknown)}; expected from {sorted(CANDIDATES)}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    from lethe import provenance
+
+    provenance.write(out / "provenance.json", command=" ".join(["python3", "experiments/gdn/triton_launch_sweep.py"]
+                                                               + (argv or sys.argv[1:])),
+                     experiment="gdn-triton-launch-sweep")
+    start, rows = time.time(), []
+    for cell in args.cells.split(","):
+        V, T, B = (int(x) for x in cell.split(":"))
+        rows += sweep_cell(V, T, B, kernels, args, start)
+        doc = {"schema": "lethe.gdn.launch_sweep/1", "device": torch.cuda.get_device_name(), "rows": rows,
+               "best": best_per_kernel(rows), "same_rel": args.same_rel, "seconds": round(time.time() - start, 1)}
+        (out / "sweep.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    return doc
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The launch sweep's host logic (the sweep itself needs a GPU): overrides restore the tables, best-of summary."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def sweep():
+    spec = importlib.util.spec_from_file_location("launch_sweep", ROOT / "experiments/gdn/triton_launch_sweep.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_every_candidate_kernel_is_in_a_launch_table(sweep):
+    for kernel in sweep.CANDIDATES:
+        assert kernel in sweep.table_for(kernel)
+
+
+def test_override_applies_and_restores_even_on_error(sweep):
+    from kernels.gdn.triton_bwd import BWD_LAUNCH
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    before_f, before_b = dict(FWD_LAUNCH["wy_fwd_kernel"]), dict(BWD_LAUNCH["intra_bwd_kernel"])
+    with sweep.launch_override("wy_fwd_kernel", {"num_warps": 2}) as cfg:
+        assert FWD_LAUNCH["wy_fwd_kernel"]["num_warps"] == 2 and cfg["num_stages"] == before_f["num_stages"]
+    with pytest.raises(RuntimeError), sweep.launch_override("intra_bwd_kernel", {"BV": 64}):
+        assert BWD_LAUNCH["intra_bwd_kernel"]["BV"] == 64
+        raise RuntimeError("boom")
+    assert FWD_LAUNCH["wy_fwd_kernel"] == before_f and BWD_LAUNCH["intra_bwd_kernel"] == before_b
+
+
+def test_best_per_kernel_ignores_rows_that_differ_or_failed(sweep):
+    rows = [
+        dict(kernel="k", V=64, T=4096, status="ok", kernel_ms=2.0, is_default=True, config={"num_warps": 8}),
+        dict(kernel="k", V=64, T=4096, status="ok", kernel_ms=1.5, is_default=False, config={"num_warps": 4}),
+        dict(kernel="k", V=64, T=4096, status="differs", kernel_ms=0.1, is_default=False, config={"num_warps": 1}),
+        dict(kernel="k", V=64, T=4096, status="error", is_default=False, config={"num_warps": 2}),
+    ]
+    best = sweep.best_per_kernel(rows)["k|V64|T4096"]
+    assert best == {"default_ms": 2.0, "best_ms": 1.5, "best_config": {"num_warps": 4}}
