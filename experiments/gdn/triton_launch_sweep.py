@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 # candidates per kernel (each a partial override of the table entry); the default is always timed too
 CANDIDATES = {
+    "prep_fwd_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
     "wy_fwd_kernel": [dict(num_warps=w) for w in (1, 2, 4, 8)],
     "wy_fwd_blocked_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
     "state_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
@@ -41,7 +42,7 @@ CANDIDATES = {
     "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
     "bwd_tail_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
 }
-FORWARD_KERNELS = ("wy_fwd_kernel", "wy_fwd_blocked_kernel", "state_fwd_kernel", "output_fwd_kernel")
+FORWARD_KERNELS = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "state_fwd_kernel", "output_fwd_kernel")
 
 
 def table_for(kernel: str) -> dict:
