@@ -14,6 +14,9 @@ changed, and
 
     LETHE_GIT_SHA=<sha> python3 experiments/gdn/triton_launch_sweep.py --out $OUT/sweep
 
+Each configuration runs in its own process with a timeout (a launch configuration can fault: state_fwd_kernel
+at BV=16 with 8 warps hit an illegal address on the H200, which poisons the CUDA context); its row records why.
+
 Output: ``sweep.json`` (one row per kernel and configuration; the default marked) and ``provenance.json``.
 A faster configuration found here changes the table only after the ladder has passed with it.
 """
@@ -85,70 +88,80 @@ def kernel_ms(prof, name: str) -> float | None:
     return sum(ts) * 1e-3 if ts else None
 
 
-def sweep_cell(V: int, T: int, B: int, kernels: list[str], args, start: float) -> list[dict]:
+def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> dict:
+    """One kernel in one configuration on one cell: the default configuration's results first, then this
+    configuration's, compared; timed only if they agree. Runs in its own process (see :func:`main`)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from kernels.gdn.autograd import chunk_family
+
     fc_inputs = _bench_inputs()
     H, K = 2, 128
+    wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else "rows"
+    default = dict(table_for(kernel)[kernel])
+    row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16", "wy_inverse": wy,
+           "config": {**default, **override}, "is_default": not override}
     sets = [fc_inputs("gdn", B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda") for i in range(2)]
-    rows = []
-    for kernel in kernels:
-        wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else "rows"
 
-        def fn(x, wy=wy):
-            return chunk_family(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], member="gdn", backend="hybrid-tc",
-                                chunk=64, output_final_state=True, wy_inverse=wy)
-        default = dict(table_for(kernel)[kernel])
-        ref = run_pass(fn, *sets[0])  # the default configuration's results
+    def fn(x):
+        return chunk_family(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], member="gdn", backend="hybrid-tc",
+                            chunk=64, output_final_state=True, wy_inverse=wy)
+    ref = run_pass(fn, *sets[0])  # the default configuration's results
+    torch.cuda.synchronize()
+    with launch_override(kernel, override):
+        t0 = time.perf_counter()
+        got = run_pass(fn, *sets[0])
         torch.cuda.synchronize()
-        configs = [{}] + [c for c in CANDIDATES[kernel] if any(default.get(k) != v for k, v in c.items())]
-        for override in configs:
-            row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16",
-                   "wy_inverse": wy, "config": {**default, **override}, "is_default": not override}
-            if time.time() - start > args.budget_s:
-                rows.append({**row, "status": "skipped", "reason": "time budget"})
-                continue
-            try:
-                with launch_override(kernel, override):
-                    t0 = time.perf_counter()
-                    got = run_pass(fn, *sets[0])
-                    torch.cuda.synchronize()
-                    row["first_call_s"] = round(time.perf_counter() - t0, 2)
-                    diffs = [max_rel(a, b) for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]],
-                                                           strict=True)]
-                    row["max_rel_vs_default"] = max(diffs)
-                    if not row["max_rel_vs_default"] <= args.same_rel:
-                        rows.append({**row, "status": "differs"})
-                        continue
-                    for i in range(args.warmup):
-                        run_pass(fn, *sets[i % 2])
-                    torch.cuda.synchronize()
-                    walls, kms = [], []
-                    for i in range(args.reps):
-                        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                        e0.record()
-                        run_pass(fn, *sets[i % 2])
-                        e1.record()
-                        torch.cuda.synchronize()
-                        walls.append(e0.elapsed_time(e1))
-                    for i in range(args.profile_reps):
-                        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                            run_pass(fn, *sets[i % 2])
-                            torch.cuda.synchronize()
-                        kms.append(kernel_ms(prof, kernel))
-                row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
-                row["kernel_ms"] = round(statistics.median(kms), 4) if all(k is not None for k in kms) else None
-                row["status"] = "ok"
-            except Exception as exc:  # a configuration that does not compile or launch costs its row only
-                row.update(status="error", reason=f"{type(exc).__name__}: {str(exc)[:300]}")
-            rows.append(row)
-            print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row['config']}: {row['status']} "
-                  f"kernel {row.get('kernel_ms')} ms, pass {row.get('fwd_bwd_wall_ms')} ms, "
-                  f"diff {row.get('max_rel_vs_default', float('nan')):.1e}", flush=True)
-            torch.cuda.empty_cache()
-    return rows
+        row["first_call_s"] = round(time.perf_counter() - t0, 2)
+        pairs = list(zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]], strict=True))
+        row["max_rel_vs_default"] = max(max_rel(a, b) for a, b in pairs)
+        row["bitwise_equal_to_default"] = all(torch.equal(a, b) for a, b in pairs)
+        if not row["max_rel_vs_default"] <= args.same_rel:
+            return {**row, "status": "differs"}
+        for i in range(args.warmup):
+            run_pass(fn, *sets[i % 2])
+        torch.cuda.synchronize()
+        walls, kms = [], []
+        for i in range(args.reps):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            run_pass(fn, *sets[i % 2])
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(e0.elapsed_time(e1))
+        for i in range(args.profile_reps):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                run_pass(fn, *sets[i % 2])
+                torch.cuda.synchronize()
+            kms.append(kernel_ms(prof, kernel))
+    row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
+    row["kernel_ms"] = round(statistics.median(kms), 4) if all(k is not None for k in kms) else None
+    row["status"] = "ok"
+    return row
+
+
+def run_isolated(kernel: str, override: dict, V: int, T: int, B: int, args) -> dict:
+    """:func:`measure_one` in a child process with a timeout: a configuration that faults (the first sweep hit
+    an illegal address with state_fwd_kernel at BV=16, 8 warps, which poisons the CUDA context) or hangs costs
+    its own row, nothing else."""
+    import subprocess
+
+    job = json.dumps({"kernel": kernel, "override": override, "V": V, "T": T, "B": B})
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", job, "--seed", str(args.seed),
+           "--warmup", str(args.warmup), "--reps", str(args.reps), "--profile-reps", str(args.profile_reps),
+           "--same-rel", str(args.same_rel), "--out", "-"]
+    base = {"kernel": kernel, "V": V, "T": T, "B": B, "config": {**table_for(kernel)[kernel], **override},
+            "is_default": not override}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.config_timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "timeout", "reason": f"no result within {args.config_timeout_s} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("ROW ")]
+    if p.returncode != 0 or not lines:
+        tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
+        return {**base, "status": "error", "returncode": p.returncode, "reason": " | ".join(tail)[-400:]}
+    return json.loads(lines[-1][4:])
 
 
 def _bench_inputs():
@@ -188,12 +201,22 @@ def main(argv=None) -> dict:
     ap.add_argument("--same-rel", type=float, default=1e-4,
                     help="largest relative difference from the default configuration's results accepted as "
                          "'the same computation' (float32 sums in another order)")
+    ap.add_argument("--config-timeout-s", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=400)
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child mode: one configuration, JSON job
     args = ap.parse_args(argv)
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("the launch sweep needs a CUDA GPU (the ahead-of-time view is experiments/gdn/triton_aot.py)")
+    if args.one:
+        job = json.loads(args.one)
+        try:
+            row = measure_one(job["kernel"], job["override"], job["V"], job["T"], job["B"], args)
+        except Exception as exc:  # a configuration that does not compile or launch: its row says why
+            row = {**job, "status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+        print("ROW " + json.dumps(row), flush=True)
+        return row
     kernels = [k for k in args.kernels.split(",") if k]
     unknown = set(kernels) - set(CANDIDATES)
     if unknown:
@@ -206,12 +229,27 @@ def main(argv=None) -> dict:
                                                                + (argv or sys.argv[1:])),
                      experiment="gdn-triton-launch-sweep")
     start, rows = time.time(), []
+    doc = {}
     for cell in args.cells.split(","):
         V, T, B = (int(x) for x in cell.split(":"))
-        rows += sweep_cell(V, T, B, kernels, args, start)
-        doc = {"schema": "lethe.gdn.launch_sweep/1", "device": torch.cuda.get_device_name(), "rows": rows,
-               "best": best_per_kernel(rows), "same_rel": args.same_rel, "seconds": round(time.time() - start, 1)}
-        (out / "sweep.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+        for kernel in kernels:
+            default = table_for(kernel)[kernel]
+            configs = [{}] + [c for c in CANDIDATES[kernel] if any(default.get(k) != v for k, v in c.items())]
+            for override in configs:
+                if time.time() - start > args.budget_s:
+                    row = {"kernel": kernel, "V": V, "T": T, "B": B, "config": {**default, **override},
+                           "is_default": not override, "status": "skipped", "reason": "time budget"}
+                else:
+                    row = run_isolated(kernel, override, V, T, B, args)
+                rows.append(row)
+                print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row['config']}: {row['status']} "
+                      f"kernel {row.get('kernel_ms')} ms, pass {row.get('fwd_bwd_wall_ms')} ms, "
+                      f"diff {row.get('max_rel_vs_default', float('nan')):.1e} {row.get('reason', '')[:120]}",
+                      flush=True)
+                doc = {"schema": "lethe.gdn.launch_sweep/1", "device": torch.cuda.get_device_name(), "rows": rows,
+                       "best": best_per_kernel(rows), "same_rel": args.same_rel,
+                       "seconds": round(time.time() - start, 1)}
+                (out / "sweep.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return doc
 
 
