@@ -10,8 +10,9 @@ then ``lethe.aot.compile_launch`` compiles each recorded launch for the target e
 it, and ``lethe.aot.limits.check`` judges the figures (232,448 B shared memory per block, 255 registers per
 thread on sm_90a). Compiled, not executed: these numbers say what a launch asks of the hardware, not how fast it is.
 
-The kernels always receive float32 tensors (the wrappers upcast every input), so bf16 and fp32 inputs give the
-same specialisation; the script checks that instead of assuming it, and compiles each distinct one once.
+Every kernel but the input-preparation one (``prep_fwd_kernel``, which reads the inputs as given and writes
+float32) receives float32 tensors, so bf16 and fp32 inputs give the same specialisation; the script checks that
+instead of assuming it and compiles each distinct one once (the table's "inputs" column).
 Needs TRITON_INTERPRET unset (an interpreted kernel cannot be compiled); the script clears it before importing
 Triton.
 """
@@ -129,16 +130,18 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
 
 
 def markdown_table(doc: dict) -> str:
-    lines = ["| kernel | erase | d_v | config (BV, warps, stages, dot precision) | shared B | regs | spill B/thread | fits |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| kernel | erase | d_v | inputs | config (BV, warps, stages, dot precision) | shared B | regs | "
+             "spill B/thread | fits |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         c = r["config"]
         cfg = f"{c.get('BV', '-')}, {c.get('num_warps')}, {c.get('num_stages')}, {c.get('PREC')}"
         fits = "yes" if not r["violations"] else "**no**: " + "; ".join(r["violations"])
         er = "yes" if r["variant"] == "erase" else "no"
-        lines.append(f"| `{r['kernel']}` | {er} | {r['V']} | {cfg} | {r['shared_bytes']:,} | {r['registers']} | "
+        ins = ", ".join(r.get("input_dtypes", []))
+        lines.append(f"| `{r['kernel']}` | {er} | {r['V']} | {ins} | {cfg} | {r['shared_bytes']:,} | {r['registers']} | "
                      f"{r['spill_bytes']:,} | {fits} |" if r["error"] is None else
-                     f"| `{r['kernel']}` | {er} | {r['V']} | {cfg} | - | - | - | error: {r['error'][:80]} |")
+                     f"| `{r['kernel']}` | {er} | {r['V']} | {ins} | {cfg} | - | - | - | error: {r['error'][:80]} |")
     return "\n".join(lines)
 
 

@@ -198,9 +198,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--reps", type=int, default=6)
     ap.add_argument("--profile-reps", type=int, default=3)
-    ap.add_argument("--same-rel", type=float, default=1e-4,
-                    help="largest relative difference from the default configuration's results accepted as "
-                         "'the same computation' (float32 sums in another order)")
+    ap.add_argument("--same-rel", type=float, default=4e-3,
+                    help="largest relative difference (max|x - x_default| / max|x_default|) from the default "
+                         "configuration's results accepted as 'the same computation'; the outputs and gradients "
+                         "are bf16, so float32 sums in another order can flip a rounding: one bf16 step at the "
+                         "largest magnitude is 2^-8 = 3.9e-3 (a tighter 1e-4 rejected every reordering on the H200)")
     ap.add_argument("--config-timeout-s", type=float, default=120)
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child mode: one configuration, JSON job
@@ -214,7 +216,9 @@ def main(argv=None) -> dict:
         try:
             row = measure_one(job["kernel"], job["override"], job["V"], job["T"], job["B"], args)
         except Exception as exc:  # a configuration that does not compile or launch: its row says why
-            row = {**job, "status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+            row = {**job, "config": {**table_for(job["kernel"])[job["kernel"]], **job["override"]},
+                   "is_default": not job["override"], "status": "error",
+                   "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print("ROW " + json.dumps(row), flush=True)
         return row
     kernels = [k for k in args.kernels.split(",") if k]
@@ -242,7 +246,7 @@ def main(argv=None) -> dict:
                 else:
                     row = run_isolated(kernel, override, V, T, B, args)
                 rows.append(row)
-                print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row['config']}: {row['status']} "
+                print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row.get('config')}: {row.get('status')} "
                       f"kernel {row.get('kernel_ms')} ms, pass {row.get('fwd_bwd_wall_ms')} ms, "
                       f"diff {row.get('max_rel_vs_default', float('nan')):.1e} {row.get('reason', '')[:120]}",
                       flush=True)

@@ -79,7 +79,7 @@ def bench_table(result: dict) -> tuple[str, str]:
     """The K1 timing table (H200) with the correctness summary as its caption, then the K2 tables when the
     result has K2 keys (:func:`k2_tables`)."""
     md, tex = _k1_bench_table(result)
-    for more in (k2_tables(result), k1_wgmma_table(result)):
+    for more in (k2_tables(result), k1_wgmma_table(result), k2_wgmma_table(result)):
         if more[0]:
             md, tex = md + "\n" + more[0], tex + "\n" + more[1]
     return md, tex
@@ -112,6 +112,40 @@ def k1_wgmma_table(result: dict) -> tuple[str, str]:
            "measured copy bandwidth.").format(
         dev=result.get("device", "?"), n=len(corr), w=worst, m=worst_model, b="yes" if ok else "no")
     return _both([h for _, h, _ in WGMMA_COLS], rows, cap)
+
+
+K2_WGMMA_COLS = [("T", "T", "{:d}"), ("V", "d_v", "{:d}"), ("BH", "B*H", "{:d}"), ("chunks", "chunks", "{:d}"),
+                 ("floor_bytes_ms", "floor ms", "{:.3f}"), ("wgmma_ms", "wgmma K2 ms", "{:.3f}"),
+                 ("wgmma_bf16_in_ms", "bf16 in ms", "{:.3f}"), ("wgmma_bf16_in_over_floor", "bf16 in/floor", "{:.2f}"),
+                 ("simt_ms", "SIMT K2 ms", "{:.3f}"), ("speedup_vs_simt", "x SIMT (bf16 in)", "{:.2f}")]
+
+
+def k2_wgmma_table(result: dict) -> tuple[str, str]:
+    """The Hopper tensor-core K2 (``k2_hopper_wgmma``: TMA + wgmma, bf16 operands and intermediates, fp32
+    accumulation) against the float32 SIMT K2; caption with its correctness summary and the shapes the time
+    budget left out. Empty strings without the keys."""
+    timing, corr = result.get("k2_wgmma_timing", []), result.get("k2_wgmma_correctness", [])
+    if not timing and not corr:
+        return "", ""
+    outs = ("dXe", "du", "dA")
+    worst = max((float(r[f"{o}_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    worst_model = max((float(r[f"{o}_bf16_model_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    worst_simt = max((float(r[f"{o}_simt_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    ok = all(r["passed"] and r["bitwise_3runs"] and r["finite"] and r["dA_upper_zero"] for r in corr) if corr else False
+    done = [r for r in timing if "skipped" not in r]
+    left = [f"T={r['T']} d_v={r['V']}" for r in timing if "skipped" in r]
+    rows = [[_cell(r, k, f) for k, _, f in K2_WGMMA_COLS] for r in done]
+    cap = ("K2 (the WY / triangular-inverse VJP) on Hopper tensor cores (sm_90a, TMA + wgmma, bf16 operands and "
+           "intermediates, fp32 accumulation), d_k=128, C=64, on {dev}; median of CUDA-event timings; SIMT K2 = "
+           "the float32 CuTe K2 on the same operands. Correctness before timing: {n} configurations on GDN data, "
+           "worst rel. error vs float64 {w:.1e} (its own bf16 model: {m:.1e}; the SIMT K2: {s:.1e}), dA zero on "
+           "and above the diagonal, finite and bitwise identical over 3 runs: {b}. wgmma K2 ms includes casting "
+           "the float32 operands to bf16 in the call; bf16 in ms: handed bf16 operands. Floor = bf16 operand and "
+           "float32 result bytes / measured copy bandwidth.{left} Not wired into a backend: its bf16 error is "
+           "about 10^4 times the SIMT K2's.").format(
+        dev=result.get("device", "?"), n=len(corr), w=worst, m=worst_model, s=worst_simt, b="yes" if ok else "no",
+        left=(" Not timed (time budget of the call): " + ", ".join(left) + ".") if left else "")
+    return _both([h for _, h, _ in K2_WGMMA_COLS], rows, cap)
 
 
 def _k1_bench_table(result: dict) -> tuple[str, str]:
@@ -256,10 +290,11 @@ def forward_profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str
 VS_IMPLS = ("ours", "hybrid-tc", "fla")
 
 
-def versus_fla_call(calls: list[tuple[str, dict, dict]]):
-    """(call name, {cell: {impl: row}}) of the newest call whose rows time hybrid-tc and fla on the same cells,
-    cell = (member, d_v, T, B*H); (None, {}) when no call has both. One call only: every ratio in the table and
-    figure divides medians measured minutes apart on one machine."""
+def versus_fla_calls(calls: list[tuple[str, dict, dict]]) -> list[tuple[str, dict]]:
+    """(call name, {cell: {impl: row}}) of every call whose rows time hybrid-tc and fla on the same cells, newest
+    first; cell = (member, d_v, T, B*H). Cells never mix calls: every ratio divides medians measured minutes
+    apart on one machine. Rows with forward options (``hybrid-tc@...``) are not hybrid-tc's defaults: left out."""
+    out = []
     for name, doc, _ in reversed(calls):
         cells: dict = {}
         for r in doc.get("rows", []):
@@ -267,47 +302,62 @@ def versus_fla_call(calls: list[tuple[str, dict, dict]]):
                 cells.setdefault((r["member"], r["V"], r["T"], r["B"] * r["H"]), {})[r["impl"]] = r
         cells = {k: v for k, v in cells.items() if "hybrid-tc" in v and "fla" in v}
         if cells:
-            return name, dict(sorted(cells.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2])))
-    return None, {}
+            out.append((name, dict(sorted(cells.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2])))))
+    return out
+
+
+def versus_fla_call(calls: list[tuple[str, dict, dict]]):
+    """The newest of :func:`versus_fla_calls` (``(None, {})`` when no call has both)."""
+    found = versus_fla_calls(calls)
+    return found[0] if found else (None, {})
+
+
+def widest_versus_fla_call(calls: list[tuple[str, dict, dict]]):
+    """The call of :func:`versus_fla_calls` with the most cells (the newest of equals): the figure's."""
+    found = versus_fla_calls(calls)
+    return max(found, key=lambda nc: len(nc[1])) if found else (None, {})
 
 
 def versus_fla_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
-    """Backward and forward + backward medians of ours (Triton), hybrid-tc and fla per cell, the ratios to fla,
-    and the roofline floor where the call measured ceilings."""
-    name, cells = versus_fla_call(calls)
-    header = (["member", "d_v", "T", "B*H"] + [f"bwd {i} ms" for i in VS_IMPLS]
+    """Backward and forward + backward medians of ours (Triton), hybrid-tc and fla per call and cell (newest
+    call first), the ratios to fla, and the roofline floor where the call measured ceilings."""
+    found = versus_fla_calls(calls)
+    header = (["call", "member", "d_v", "T", "B*H"] + [f"bwd {i} ms" for i in VS_IMPLS]
               + ["fla / hybrid-tc (bwd)", "bwd floor ms", "hybrid-tc % floor"]
               + [f"fwd+bwd {i} ms" for i in VS_IMPLS] + ["hybrid-tc / fla (fwd+bwd)"])
-    rows = []
-    for (member, V, T, BH), got in cells.items():
-        hy, fla = got["hybrid-tc"], got["fla"]
+    rows, notes = [], []
+    for name, cells in found:
+        doc = next(d for n, d, _ in calls if n == name)
+        prov = next(p for n, _, p in calls if n == name)
+        sha = str(prov.get("git_sha", "?"))[:7]
+        ceil = doc.get("ceilings") or {}
+        notes.append(f"{name} = commit {sha}" + (", ceilings {:.0f} TFLOP/s and {:.2f} TB/s measured in the call".format(
+            ceil["bf16_matmul_tflops"], ceil["copy_tbps"]) if ceil.get("measured") else ", ceilings not measured"))
+        for (member, V, T, BH), got in cells.items():
+            hy, fla = got["hybrid-tc"], got["fla"]
 
-        def ms(impl, key, got=got):
-            r = got.get(impl)
-            return f"{r[key]:.2f}" if r and key in r else "-"
-        floor = hy.get("bwd_floor_ms")
-        rows.append([member, str(V), str(T), str(BH)] + [ms(i, "bwd_wall_ms") for i in VS_IMPLS]
-                    + [f"{fla['bwd_wall_ms'] / hy['bwd_wall_ms']:.2f}x",
-                       f"{floor:.2f}" if floor else "-",
-                       f"{100 * floor / hy['bwd_wall_ms']:.0f}%" if floor else "-"]
-                    + [ms(i, "fwd_bwd_wall_ms") for i in VS_IMPLS]
-                    + [f"{hy['fwd_bwd_wall_ms'] / fla['fwd_bwd_wall_ms']:.2f}x"
-                       if "fwd_bwd_wall_ms" in hy and "fwd_bwd_wall_ms" in fla else "-"])
+            def ms(impl, key, got=got):
+                r = got.get(impl)
+                return f"{r[key]:.2f}" if r and key in r else "-"
+            floor = hy.get("bwd_floor_ms")
+            rows.append([name, member, str(V), str(T), str(BH)] + [ms(i, "bwd_wall_ms") for i in VS_IMPLS]
+                        + [f"{fla['bwd_wall_ms'] / hy['bwd_wall_ms']:.2f}x",
+                           f"{floor:.2f}" if floor else "-",
+                           f"{100 * floor / hy['bwd_wall_ms']:.0f}%" if floor else "-"]
+                        + [ms(i, "fwd_bwd_wall_ms") for i in VS_IMPLS]
+                        + [f"{hy['fwd_bwd_wall_ms'] / fla['fwd_bwd_wall_ms']:.2f}x"
+                           if "fwd_bwd_wall_ms" in hy and "fwd_bwd_wall_ms" in fla else "-"])
     if not rows:
         return "", ""
-    doc = next(d for n, d, _ in calls if n == name)
-    prov = next(p for n, _, p in calls if n == name)
-    ceil = doc.get("ceilings") or {}
-    cap = ("GDN-family backward on {dev} ({call}, commit {sha}): bf16, d_k=128, H=2, CUDA-event medians of "
-           "torch.autograd.grad after the forward (bwd) and of forward + backward, two input sets rotated. ours = "
-           "the Triton backend; hybrid-tc = Triton forward and intra-chunk backward with K1 (the reverse state "
-           "scan) on Hopper tensor cores in the CuTe DSL and a fused Triton tail; fla = fla 0.6.0 (chunk_gdn2; "
-           "chunk_gated_delta_rule for sgdn, its #640 guard bypassed as documented), "
-           "FLA_DISABLE_BACKEND_DISPATCH=1. Every implementation's gradients were checked against ours before "
-           "timing. Floor = max(FLOPs / bf16 matmul rate, minimal bytes / copy bandwidth){ceil}.").format(
-        dev=doc.get("device", "?"), call=name, sha=str(prov.get("git_sha", "?"))[:7],
-        ceil=(", both measured in the same call ({:.0f} TFLOP/s, {:.2f} TB/s)".format(
-            ceil["bf16_matmul_tflops"], ceil["copy_tbps"]) if ceil.get("measured") else ": not measured in this call"))
+    dev = next((d.get("device") for n, d, _ in calls if n == found[0][0]), "?")
+    cap = ("GDN-family backward on {dev}, one block per device call (newest first; {notes}): bf16, d_k=128, H=2, "
+           "CUDA-event medians of torch.autograd.grad after the forward (bwd) and of forward + backward, two input "
+           "sets rotated. ours = the Triton backend; hybrid-tc = Triton forward and intra-chunk backward with K1 "
+           "(the reverse state scan) on Hopper tensor cores in the CuTe DSL and a fused Triton tail; fla = fla "
+           "0.6.0 (chunk_gdn2; chunk_gated_delta_rule for sgdn, its #640 guard bypassed as documented), "
+           "FLA_DISABLE_BACKEND_DISPATCH=1; '-' = not run in that call. Every implementation's gradients were "
+           "checked against ours before timing. Floor = max(FLOPs / bf16 matmul rate, minimal bytes / copy "
+           "bandwidth).").format(dev=dev, notes="; ".join(notes))
     return _both(header, rows, cap)
 
 
@@ -316,7 +366,7 @@ def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", ste
     backward floor as a tick where measured. Returns the (png, pdf) paths."""
     from lethe.render.style import OKABE_ITO, new_figure, save_figure, style
 
-    name, cells = versus_fla_call(calls)
+    name, cells = widest_versus_fla_call(calls)
     keys = list(cells)
     colors = {"ours": OKABE_ITO["sky_blue"], "hybrid-tc": OKABE_ITO["vermillion"], "fla": OKABE_ITO["bluish_green"]}
     with style():

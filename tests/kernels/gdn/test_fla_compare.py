@@ -286,7 +286,8 @@ def test_wrapper_launch_configs_at_dk128():
     for V in (64, 128):
         assert got[("wy_fwd_kernel", V, True)] == (None, 8)
         assert got[("state_fwd_kernel", V, True)] == (32, 4)
-        assert got[("output_fwd_kernel", V, True)] == (64, 8)
+        assert got[("prep_fwd_kernel", V, True)] == (None, 4)
+        assert got[("output_fwd_kernel", V, True)] == (64, 4)  # 4 warps since the H200 launch sweep
         assert got[("state_bwd_kernel", V, True)] == (32, 8)
         assert got[("intra_bwd_kernel", V, True)] == (32, 8)
         assert ("wy_fwd_kernel", V, False) not in got  # no erase: no triangular solve

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.gdn.native.render import bench_table, k1_wgmma_table, k2_tables
+from kernels.gdn.native.render import bench_table, k1_wgmma_table, k2_tables, k2_wgmma_table
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "results/native/bench.json"
@@ -36,12 +36,18 @@ def test_committed_bench_json_renders_as_committed_and_k1_part_as_before():
     # without its K2 and wgmma keys (a bench.json from before those stages) it renders the K1 table alone, and
     # the full table is that K1 table followed by the K2 tables, then the tensor-core K1 table
     old = {k: v for k, v in cur.items() if not k.startswith(("k2_", "backward_timing", "k1_wgmma"))}
-    assert k2_tables(old) == ("", "") and k1_wgmma_table(old) == ("", "")
+    assert k2_tables(old) == ("", "") and k1_wgmma_table(old) == ("", "") and k2_wgmma_table(old) == ("", "")
     k1md, k1tex = bench_table(old)
     k2md, k2tex = k2_tables(cur)
     wmd, wtex = k1_wgmma_table(cur)
-    assert k2md and wmd and "wgmma K1 ms" in wmd
-    assert md == k1md + "\n" + k2md + "\n" + wmd and tex == k1tex + "\n" + k2tex + "\n" + wtex
+    w2md, w2tex = k2_wgmma_table(cur)
+    assert k2md and wmd and "wgmma K1 ms" in wmd and "wgmma K2 ms" in w2md
+    assert md == "\n".join((k1md, k2md, wmd, w2md)) and tex == "\n".join((k1tex, k2tex, wtex, w2tex))
+    # the K2 wgmma caption reports what was measured: rows that the budget skipped are named, not shown
+    skipped = [r for r in cur["k2_wgmma_timing"] if "skipped" in r]
+    assert w2md.count("\n| ") == len(cur["k2_wgmma_timing"]) - len(skipped)  # data rows (after the header)
+    for r in skipped:
+        assert f"T={r['T']} d_v={r['V']}" in w2md
 
 
 def test_dry_run_k2_stages_merge_and_render(tmp_path):

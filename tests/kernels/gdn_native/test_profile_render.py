@@ -42,30 +42,37 @@ def test_committed_profile_table_renders_as_committed():
         assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
 
 
-def test_versus_fla_table_comes_from_one_call_and_divides_its_medians():
-    from kernels.gdn.native.render import versus_fla_call, versus_fla_table
+def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
+    from kernels.gdn.native.render import versus_fla_calls, versus_fla_table, widest_versus_fla_call
 
     if not PROF.exists():
         pytest.skip("no profile results committed")
     calls = _calls()
-    name, cells = versus_fla_call(calls)
-    assert name is not None and cells
-    doc = next(d for n, d, _ in calls if n == name)
-    # every cell holds hybrid-tc and fla rows of that one call, and nothing that did not run
-    for (member, V, T, BH), got in cells.items():
-        assert {"hybrid-tc", "fla"} <= set(got)
-        for r in got.values():
-            assert r in doc["rows"] and r["status"] == "ok"
-            assert (r["member"], r["V"], r["T"], r["B"] * r["H"]) == (member, V, T, BH)
+    found = versus_fla_calls(calls)
+    assert found
+    # newest first, in the order the calls were given
+    order = [n for n, _, _ in calls]
+    assert [n for n, _ in found] == sorted((n for n, _ in found), key=order.index, reverse=True)
+    expected_lines = []
+    for name, cells in found:
+        doc = next(d for n, d, _ in calls if n == name)
+        # every cell holds hybrid-tc and fla rows of that one call, and nothing that did not run
+        for (member, V, T, BH), got in cells.items():
+            assert {"hybrid-tc", "fla"} <= set(got)
+            for r in got.values():
+                assert r in doc["rows"] and r["status"] == "ok" and "@" not in r["impl"]
+                assert (r["member"], r["V"], r["T"], r["B"] * r["H"]) == (member, V, T, BH)
+            expected_lines.append((name, got["fla"]["bwd_wall_ms"] / got["hybrid-tc"]["bwd_wall_ms"]))
     md, tex = versus_fla_table(calls)
-    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| member")]
-    assert len(lines) == len(cells)
-    for ln, got in zip(lines, cells.values(), strict=True):
-        ratio = got["fla"]["bwd_wall_ms"] / got["hybrid-tc"]["bwd_wall_ms"]
-        assert f"{ratio:.2f}x" in ln
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| call |")]
+    assert len(lines) == len(expected_lines)
+    for ln, (name, ratio) in zip(lines, expected_lines, strict=True):
+        assert ln.startswith(f"| {name} |") and f"{ratio:.2f}x" in ln
+    wide = widest_versus_fla_call(calls)
+    assert len(wide[1]) == max(len(c) for _, c in found)
     table = ROOT / "paper" / "tables" / "native_vs_fla.md"
     if table.exists():
         assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
-    # a call without hybrid-tc and fla side by side renders nothing
+    # calls without hybrid-tc and fla side by side render nothing
     assert versus_fla_table([(n, {"rows": [r for r in d["rows"] if r["impl"] != "fla"]}, p)
                              for n, d, p in calls]) == ("", "")
