@@ -266,8 +266,9 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="bfloat16,float16", help="input dtypes of the stage and end-to-end rungs (GPU)")
     ap.add_argument("--dot-precision", choices=("tf32x3", "tf32", "ieee"), default="tf32x3",
                     help="tl.dot input precision of the Triton forward (and the Triton backward's scan)")
-    ap.add_argument("--wy-inverse", choices=("rows", "blocked"), default="rows",
-                    help="the Triton forward's triangular inverse (row by row, or 16 x 16 blocks)")
+    ap.add_argument("--wy-inverse", choices=("rows", "blocked", "split"), default="rows",
+                    help="the Triton forward's triangular inverse (row by row; 16 x 16 blocks; row by row in a "
+                         "kernel of its own)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse}

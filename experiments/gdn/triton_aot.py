@@ -36,10 +36,11 @@ for p in (str(ROOT / "src"), str(ROOT)):
 import torch  # noqa: E402
 
 SCHEMA = "lethe.gdn.triton_aot/1"
-KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
+KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
 
 
-def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None):
+def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None,
+                            wy_inverse: str = "rows"):
     """The launches ``triton_chunk_fwd`` + ``triton_chunk_bwd`` make for one shape (recorded, not executed)."""
     from kernels.gdn.triton_bwd import triton_chunk_bwd
     from kernels.gdn.triton_fwd import triton_chunk_fwd
@@ -56,7 +57,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     from kernels.gdn.triton_fwd import decay_floor_check_off
 
     with record_launches(execute=False) as launches, decay_floor_check_off():
-        o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=C)
+        o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=C, wy_inverse=wy_inverse)
         triton_chunk_bwd(torch.zeros_like(o), ctx)
     return list(launches)
 
@@ -81,7 +82,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 
 
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
-        kernels=None, variants=("erase", "noerase"), log=print) -> dict:
+        kernels=None, variants=("erase", "noerase"), log=print, wy_inverse="rows") -> dict:
     from lethe.aot import compile_launch
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for
@@ -92,7 +93,8 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
         if variant not in ("erase", "noerase"):
             raise ValueError(f"unknown variant {variant!r}")
     for V, variant, dt in ((V, var, dt) for var in variants for V in dvs for dt in dtypes):
-        for rec in record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase"):
+        for rec in record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase",
+                                           wy_inverse=wy_inverse):
             name = rec.jit.fn.__name__
             if kernels and name not in kernels:
                 continue
@@ -156,11 +158,13 @@ def main(argv=None):
     ap.add_argument("--override", action="append", default=[], help="kernel:KEY=VAL[,KEY=VAL] (what-if configs)")
     ap.add_argument("--variants", default="erase,noerase",
                     help="erase: b given (KDA/GDN launches); noerase: b=None (LA/GLA/SSD launches)")
+    ap.add_argument("--wy-inverse", default="rows", help="the forward's triangular-inverse kernels (rows, blocked, split)")
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")
     args = ap.parse_args(argv)
     doc = run(dvs=[int(x) for x in args.dvs.split(",")], dtypes=args.dtypes.split(","), K=args.dk, C=args.chunk,
               target=args.target, overrides=parse_overrides(args.override),
-              kernels=set(filter(None, args.kernels.split(","))), variants=tuple(args.variants.split(",")))
+              kernels=set(filter(None, args.kernels.split(","))), variants=tuple(args.variants.split(",")),
+              wy_inverse=args.wy_inverse)
     print(markdown_table(doc))
     print("all fit:", doc["all_fit"])
     if args.json:

@@ -40,12 +40,17 @@ CANDIDATES = {
     "prep_fwd_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
     "wy_fwd_kernel": [dict(num_warps=w) for w in (1, 2, 4, 8)],
     "wy_fwd_blocked_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
+    "wy_a_kernel": [dict(num_warps=w) for w in (4, 8)],
+    "wy_inverse_kernel": [dict(num_warps=w) for w in (2, 4, 8, 16)],
+    "wy_apply_kernel": [dict(num_warps=w) for w in (4, 8)],
     "state_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
     "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)],
     "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
     "bwd_tail_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
 }
-FORWARD_KERNELS = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "state_fwd_kernel", "output_fwd_kernel")
+SPLIT_KERNELS = ("wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel")
+FORWARD_KERNELS = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", *SPLIT_KERNELS, "state_fwd_kernel",
+                   "output_fwd_kernel")
 
 
 def table_for(kernel: str) -> dict:
@@ -98,7 +103,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
 
     fc_inputs = _bench_inputs()
     H, K = 2, 128
-    wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else "rows"
+    wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else ("split" if kernel in SPLIT_KERNELS else "rows")
     default = dict(table_for(kernel)[kernel])
     row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16", "wy_inverse": wy,
            "config": {**default, **override}, "is_default": not override}

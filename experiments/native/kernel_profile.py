@@ -99,6 +99,7 @@ def _load(path: str, name: str):
 
 
 FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "blocked"),
+                    "split": ("wy_inverse", "split"),
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
                     "ieee": ("dot_precision", "ieee")}
 
@@ -259,7 +260,7 @@ def main(argv=None) -> dict:
                     help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
     ap.add_argument("--impls", default="ours,fla,native",
                     help="from ours, fla, native, hybrid, hybrid-tc; ours/hybrid/hybrid-tc may name forward options "
-                         "after '@' joined by '+' (rows|blocked, tf32x3|tf32|ieee), e.g. hybrid-tc@blocked+tf32")
+                         "after '@' joined by '+' (rows|blocked|split, tf32x3|tf32|ieee), e.g. hybrid-tc@blocked+tf32")
     ap.add_argument("--native-max-head-tokens", type=int, default=65536,
                     help="native's torch forward materialises [B,H,N,C,C,K] float32 tensors: larger cells skip it")
     ap.add_argument("--seed", type=int, default=20260829)

@@ -1,13 +1,15 @@
-"""Triton forward of the chunked WY form: three kernels, one per stage of :mod:`kernels.gdn.chunked`.
-
-1. ``wy_fwd_kernel`` (grid B*H x N): A = strict_tril((e*Gamma)(k/Gamma)^T), its unit-lower-triangular inverse
-   T = (I + A)^{-1} by row-wise forward substitution in registers, then W = T (e*Gamma) and U~ = T (w*v).
-2. ``state_fwd_kernel`` (grid B*H x V-blocks): the sequential inter-chunk pass in float32: per chunk store S_n,
-   delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
-3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
+"""Triton forward of the chunked WY form: an input kernel, then three kernels, one per stage of
+:mod:`kernels.gdn.chunked`.
 
 0. ``prep_fwd_kernel`` (grid B*H x N): the inputs in the internal layout, gamma = the chunk-local cumulative
    log-decay, u = w*v and e = b*k, in one pass.
+1. ``wy_fwd_kernel`` (grid B*H x N): A = strict_tril((e*Gamma)(k/Gamma)^T), its unit-lower-triangular inverse
+   T = (I + A)^{-1} by row-wise forward substitution in registers, then W = T (e*Gamma) and U~ = T (w*v)
+   (alternatives selected by ``wy_inverse``: ``wy_fwd_blocked_kernel``; ``wy_a_kernel`` + ``wy_inverse_kernel`` +
+   ``wy_apply_kernel``).
+2. ``state_fwd_kernel`` (grid B*H x V-blocks): the sequential inter-chunk pass in float32: per chunk store S_n,
+   delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
+3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
 
 Conventions: all internal tensors are float32 in a ``[B, H, T_pad, D]`` layout. The pairwise decay exp(gamma_t - gamma_s) is factored
 as exp(gamma_t) * exp(-gamma_s) with gamma anchored at the chunk start, which is exact in real arithmetic but
@@ -37,7 +39,12 @@ GAMMA_FLOOR = -80.0
 FWD_LAUNCH = {
     "prep_fwd_kernel": dict(num_warps=4, num_stages=1),  # not tuned (memory-bound copy)
     "wy_fwd_kernel": dict(num_warps=8, num_stages=1),
-    "wy_fwd_blocked_kernel": dict(num_warps=4, num_stages=1),  # not tuned: no AOT or H200 run yet
+    "wy_fwd_blocked_kernel": dict(num_warps=4, num_stages=1),  # slower than the row kernel on the H200 (docs/native.md)
+    # wy_inverse="split": not yet run on a GPU; 8 warps = the fewest that compile without spills for sm_90a at
+    # d_k 128 (A: 245 regs, inverse: 80 -- three CTAs per SM where the row kernel fits one --, apply: 154-184)
+    "wy_a_kernel": dict(num_warps=8, num_stages=1),
+    "wy_inverse_kernel": dict(num_warps=8, num_stages=1),
+    "wy_apply_kernel": dict(num_warps=8, num_stages=1),
     "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
@@ -92,6 +99,51 @@ def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
     tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + cols[None, :], Tm)
     tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
     tl.store(U_ptr + offv, tl.dot(Tm, u, input_precision=PREC))
+
+
+@triton.jit
+def wy_a_kernel(k_ptr, e_ptr, gam_ptr, T_ptr, K: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+    # A = strict_tril((e Gamma)(k / Gamma)^T) of one chunk, written where T will be (wy_inverse_kernel inverts it
+    # in place). wy_fwd_kernel split in three (triton_chunk_fwd(wy_inverse="split")): the 63-step substitution is
+    # a chain of dependent reductions, latency-bound; on its own it needs no product operand tiles (the row
+    # kernel's 255 registers go to those), so more chunks can share an SM and hide each other's latency.
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    offk = (bh * NT * C + n * C) * K + rows[:, None] * K + ck[None, :]
+    gam = tl.load(gam_ptr + offk)
+    Xe = tl.load(e_ptr + offk) * tl.exp(gam)
+    Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
+    A = tl.dot(Xe, tl.trans(Kg), input_precision=PREC)
+    tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :],
+             tl.where(rows[:, None] > rows[None, :], A, 0.0))
+
+
+@triton.jit
+def wy_inverse_kernel(T_ptr, C: tl.constexpr):
+    # T = (I + A)^{-1} in place, A as wy_a_kernel stored it: the row kernel's substitution alone.
+    off = tl.program_id(0) * C * C + tl.arange(0, C)[:, None] * C + tl.arange(0, C)[None, :]
+    tl.store(T_ptr + off, _unit_lower_inverse(tl.load(T_ptr + off), C))
+
+
+@triton.jit
+def wy_apply_kernel(e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
+                    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+    # wy_fwd_kernel's second half: W = T (e Gamma), U = T u from the stored T.
+    bh = tl.program_id(0)
+    n = tl.program_id(1)
+    NT = tl.num_programs(1)
+    rows = tl.arange(0, C)
+    ck = tl.arange(0, K)
+    cv = tl.arange(0, V)
+    offk = (bh * NT * C + n * C) * K + rows[:, None] * K + ck[None, :]
+    offv = (bh * NT * C + n * C) * V + rows[:, None] * V + cv[None, :]
+    Tm = tl.load(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :])
+    Xe = tl.load(e_ptr + offk) * tl.exp(tl.load(gam_ptr + offk))
+    tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
+    tl.store(U_ptr + offv, tl.dot(Tm, tl.load(u_ptr + offv), input_precision=PREC))
 
 
 @triton.jit
@@ -340,6 +392,9 @@ def from_internal(x: torch.Tensor, T: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
+# how the WY kernel takes the triangular inverse: row by row in one kernel (the default), blockwise, or row by row
+# in a kernel of its own followed by the products (see triton_chunk_fwd)
+WY_INVERSES = ("rows", "blocked", "split")
 _FLOOR_CHECK = {"on": True}
 
 
@@ -363,8 +418,10 @@ def _check_dims(K: int, V: int, C: int) -> None:
 def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
                      bv: int | None = None, wy_inverse: str = "rows"):
     """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`.
-    ``wy_inverse="blocked"`` takes the triangular inverse blockwise (``wy_fwd_blocked_kernel``; chunk >= 64 so
-    its blocks meet tl.dot's 16-row minimum on a GPU; not yet measured on one)."""
+    ``wy_inverse`` (one of WY_INVERSES): "rows" (``wy_fwd_kernel``, the default), "blocked" (the inverse
+    blockwise, ``wy_fwd_blocked_kernel``; chunk >= 64 so its blocks meet tl.dot's 16-row minimum on a GPU; slower
+    on the H200), "split" (the row kernel in three: ``wy_a_kernel`` writes A, ``wy_inverse_kernel`` inverts it in
+    place, ``wy_apply_kernel`` forms W and U; the same arithmetic; not yet run on a GPU)."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk
@@ -385,11 +442,17 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         Tm = torch.empty(B, H, NT, C, C, device=dev, dtype=torch.float32)
         Wi = torch.empty_like(ki)
         Ui = torch.empty_like(ui)
-        if wy_inverse not in ("rows", "blocked"):
-            raise ValueError(f"wy_inverse must be 'rows' or 'blocked', got {wy_inverse!r}")
-        name = "wy_fwd_kernel" if wy_inverse == "rows" else "wy_fwd_blocked_kernel"
-        kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
-        kern[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision, **_launch(name))
+        if wy_inverse not in WY_INVERSES:
+            raise ValueError(f"wy_inverse must be one of {WY_INVERSES}, got {wy_inverse!r}")
+        if wy_inverse == "split":
+            wy_a_kernel[(B * H, NT)](ki, ei, gam, Tm, K=K, C=C, PREC=dot_precision, **_launch("wy_a_kernel"))
+            wy_inverse_kernel[(B * H * NT,)](Tm, C=C, **_launch("wy_inverse_kernel"))
+            wy_apply_kernel[(B * H, NT)](ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision,
+                                         **_launch("wy_apply_kernel"))
+        else:
+            name = "wy_fwd_kernel" if wy_inverse == "rows" else "wy_fwd_blocked_kernel"
+            kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
+            kern[(B * H, NT)](ki, ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision, **_launch(name))
     else:
         Tm = None
         Wi, Ui = ki, ui  # W unused when HAS_ERASE is False

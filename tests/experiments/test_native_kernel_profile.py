@@ -81,3 +81,9 @@ def test_impl_names_carry_forward_options(prof):
         prof.parse_impl("fla@tf32")
     with pytest.raises(ValueError, match="unknown forward option"):
         prof.parse_impl("hybrid-tc@bf16")
+
+
+def test_forward_option_words_cover_every_wy_inverse(prof):
+    from kernels.gdn.triton_fwd import WY_INVERSES
+
+    assert {v for k, v in prof.FWD_OPTION_WORDS.values() if k == "wy_inverse"} == set(WY_INVERSES)

@@ -43,3 +43,10 @@ def test_best_per_kernel_ignores_rows_that_differ_or_failed(sweep):
     ]
     best = sweep.best_per_kernel(rows)["k|V64|T4096"]
     assert best == {"default_ms": 2.0, "best_ms": 1.5, "best_config": {"num_warps": 4}}
+
+
+def test_split_kernels_are_swept_under_the_split_inverse(sweep):
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    for kernel in sweep.SPLIT_KERNELS:
+        assert kernel in FWD_LAUNCH and kernel in sweep.CANDIDATES and kernel in sweep.FORWARD_KERNELS
