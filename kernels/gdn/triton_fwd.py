@@ -123,9 +123,20 @@ def wy_a_kernel(k_ptr, e_ptr, gam_ptr, T_ptr, K: tl.constexpr, C: tl.constexpr, 
 
 @triton.jit
 def wy_inverse_kernel(T_ptr, C: tl.constexpr):
-    # T = (I + A)^{-1} in place, A as wy_a_kernel stored it: the row kernel's substitution alone.
-    off = tl.program_id(0) * C * C + tl.arange(0, C)[:, None] * C + tl.arange(0, C)[None, :]
-    tl.store(T_ptr + off, _unit_lower_inverse(tl.load(T_ptr + off), C))
+    # T = (I + A)^{-1} in place, A as wy_a_kernel stored it: the row kernel's substitution, except that row i of A
+    # is read from memory (an independent load the compiler can issue early) instead of cut out of the register
+    # tile by a cross-thread reduction, leaving one reduction per step on the dependent chain instead of two. The
+    # extracted row was a sum of one value and zeros, so the arithmetic is the same bit for bit.
+    base = tl.program_id(0) * C * C
+    rows = tl.arange(0, C)
+    cols = tl.arange(0, C)
+    Tm = tl.where(rows[:, None] == cols[None, :], 1.0, 0.0)
+    for i in range(1, C):
+        a_i = tl.load(T_ptr + base + i * C + cols)  # row i of A, indexed by column j (zero from column i on)
+        t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
+        Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
+    # every row of A was read before the last step's reduction, which every thread waits for: no overlap
+    tl.store(T_ptr + base + rows[:, None] * C + cols[None, :], Tm)
 
 
 @triton.jit
