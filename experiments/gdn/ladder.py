@@ -69,7 +69,7 @@ def member_args(member, x):
     return names, src
 
 
-def rung_tile(device, K, V, C, T, seed, smoke):
+def rung_tile(device, K, V, C, T, seed, smoke, fwd_options=None):
     from kernels.gdn import chunked
     from kernels.gdn.triton_fwd import triton_chunk_fwd
 
@@ -77,7 +77,7 @@ def rung_tile(device, K, V, C, T, seed, smoke):
     f32 = {n: t.float().to(device) for n, t in x.items()}
     S0 = torch.randn(1, 2, K, V, generator=torch.Generator().manual_seed(seed + 1)).to(device)
     _, _, ctx = triton_chunk_fwd(f32["q"], f32["k"], f32["v"], f32["g"], f32["b"], f32["w"], chunk=C,
-                                 initial_state=S0)
+                                 initial_state=S0, **(fwd_options or {}))
     # float64 of the same tile: the float32 inputs upcast, solved in float64
     _, T64 = chunked.wy_intra(f32["k"].double().cpu(), f32["g"].double().cpu(), f32["b"].double().cpu(), chunk=C)
     Tm = ctx["Tm"].cpu()
@@ -92,7 +92,7 @@ def rung_tile(device, K, V, C, T, seed, smoke):
     }
 
 
-def rung_stage(device, K, V, C, T, dtype, seed):
+def rung_stage(device, K, V, C, T, dtype, seed, fwd_options=None):
     """Triton intermediates against the float64 chunked reference on the same rounded inputs."""
     from kernels.gdn import chunked
     from kernels.gdn.triton_bwd import triton_chunk_bwd
@@ -105,7 +105,8 @@ def rung_stage(device, K, V, C, T, dtype, seed):
     g_r = chunked.chunk_bwd(ref64["do"], c_r)
     do_c = chunked._to_chunks(ref64["do"], C, torch.float64)
     dSn_r, dd_r, _ = chunked.reverse_state_scan(do_c, c_r)
-    o_t, S_t, c_t = triton_chunk_fwd(low["q"], low["k"], low["v"], low["g"], low["b"], low["w"], chunk=C)
+    o_t, S_t, c_t = triton_chunk_fwd(low["q"], low["k"], low["v"], low["g"], low["b"], low["w"], chunk=C,
+                                     **(fwd_options or {}))
     g_t = triton_chunk_bwd(low["do"], c_t)
     B, H, TP, _ = c_t["qi"].shape
     NT = TP // C
@@ -272,8 +273,8 @@ def main(argv=None):
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse}
-    if args.cpu_smoke and fwd_options != {"dot_precision": "tf32x3", "wy_inverse": "rows"}:
-        raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: forward options are GPU-only")
+    if args.cpu_smoke and args.dot_precision != "tf32x3":
+        raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision is GPU-only")
     repeats = args.repeats or (1 if args.backend == "triton" else 3)
 
     if args.cpu_smoke:
@@ -342,11 +343,13 @@ def main(argv=None):
         return summary
 
     for V in dvs if args.backend == "triton" else ():
-        rows.append(_guarded(lambda V=V: rung_tile(device, K, V, C, 2 * C, args.seed, args.cpu_smoke), "tile", V=V))
+        rows.append(_guarded(lambda V=V: rung_tile(device, K, V, C, 2 * C, args.seed, args.cpu_smoke, fwd_options),
+                             "tile", V=V))
         print("tile", V, rows[-1]["worst_rel_err"], rows[-1]["pass"], flush=True)
     for dtype in dtypes if args.backend == "triton" else ():
         for V in dvs:
-            rows.append(_guarded(lambda V=V, dtype=dtype: rung_stage(device, K, V, C, lengths[0], dtype, args.seed),
+            rows.append(_guarded(lambda V=V, dtype=dtype: rung_stage(device, K, V, C, lengths[0], dtype, args.seed,
+                                                                     fwd_options),
                                  "stage", V=V, dtype=str(dtype)))
             print("stage", dtype, V, rows[-1].get("worst_tensor"), rows[-1]["worst_rel_err"], flush=True)
             flush()

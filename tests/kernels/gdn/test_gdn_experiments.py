@@ -25,6 +25,21 @@ def test_ladder_cpu_smoke(tmp_path):
     assert (tmp_path / "ladder_smoke.provenance.json").exists()
 
 
+def test_ladder_cpu_smoke_with_the_split_inverse(tmp_path):
+    # every rung (tile pin included) runs the forward option it is given; the interpreter's split kernels are the
+    # row kernel bit for bit, so the summary is the default's
+    summary = _load("ladder").main(["--cpu-smoke", "--out", str(tmp_path), "--members", "gdn", "--wy-inverse",
+                                    "split", "--name", "split.json"])
+    assert summary["wy_inverse"] == "split" and summary["tile_all_pass"]
+    assert summary["e2e_pass"] == summary["e2e_arms"] == 4 and summary["e2e_worst"] < 1e-5
+    default = _load("ladder").main(["--cpu-smoke", "--out", str(tmp_path), "--members", "gdn"])
+    assert summary["e2e_worst"] == default["e2e_worst"] and summary["stage_worst"] == default["stage_worst"]
+    import pytest
+
+    with pytest.raises(SystemExit, match="dot-precision"):
+        _load("ladder").main(["--cpu-smoke", "--out", str(tmp_path), "--dot-precision", "tf32"])
+
+
 def test_ladder_e2e_repeat_records_bitwise_identity():
     # the repeat check the native ladder relies on, exercised on the CPU torch path (deterministic on one thread)
     import torch
