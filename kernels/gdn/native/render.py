@@ -211,12 +211,18 @@ def _short_kernel(name: str) -> str:
 
 def load_profile_calls(profile_paths) -> list[tuple[str, dict, dict]]:
     """(call folder name, profile.json, provenance.json) of each ``results/native/profile/<call>/profile.json``
-    path, in the order given: what the profile tables and figure take."""
+    path, oldest call first (call2 before call10: folders compared by their name's number, not as strings): what
+    the profile tables and figure take."""
     import json
+    import re
     from pathlib import Path
 
+    def call_order(p):
+        name = Path(p).parent.name
+        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
     calls = []
-    for p in profile_paths:
+    for p in sorted(profile_paths, key=call_order):
         folder = Path(p).parent
         calls.append((folder.name, json.loads(Path(p).read_text()),
                       json.loads((folder / "provenance.json").read_text())))

@@ -76,3 +76,15 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
     # calls without hybrid-tc and fla side by side render nothing
     assert versus_fla_table([(n, {"rows": [r for r in d["rows"] if r["impl"] != "fla"]}, p)
                              for n, d, p in calls]) == ("", "")
+
+
+def test_profile_calls_load_in_call_order_not_string_order(tmp_path):
+    import json
+
+    for name in ("call10", "call9", "call2"):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "profile.json").write_text(json.dumps({"rows": []}))
+        (d / "provenance.json").write_text(json.dumps({"git_sha": name}))
+    calls = load_profile_calls(sorted(tmp_path.glob("*/profile.json")))  # string order: call10, call2, call9
+    assert [n for n, _, _ in calls] == ["call2", "call9", "call10"]
