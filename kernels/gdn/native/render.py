@@ -91,15 +91,21 @@ WGMMA_COLS = [("T", "T", "{:d}"), ("V", "d_v", "{:d}"), ("BH", "B*H", "{:d}"), (
               ("simt_ms", "SIMT K1 ms", "{:.3f}"), ("speedup_vs_simt", "x SIMT", "{:.2f}")]
 
 
+def _worst_vs_f64(corr: list[dict], outs: tuple[str, ...]) -> tuple[float, float]:
+    """Worst error against float64 over a tensor-core kernel's correctness rows and outputs, and the worst of
+    its bf16 model's (bench.py's ``within_bf16_model`` keys); nan without rows."""
+    def worst(key):
+        return max((float(r[f"{o}_{key}"]) for r in corr for o in outs), default=float("nan"))
+    return worst("rel_vs_f64"), worst("bf16_model_rel_vs_f64")
+
+
 def k1_wgmma_table(result: dict) -> tuple[str, str]:
     """The Hopper tensor-core K1 (``k1_hopper_wgmma``: TMA + wgmma, bf16 operands, fp32 accumulation) against the
     float32 SIMT K1 on the same problem; caption with its correctness summary. Empty strings without the keys."""
     timing, corr = result.get("k1_wgmma_timing", []), result.get("k1_wgmma_correctness", [])
     if not timing and not corr:
         return "", ""
-    outs = ("dS_next", "dd", "dS0")
-    worst = max((float(r[f"{o}_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
-    worst_model = max((float(r[f"{o}_bf16_model_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    worst, worst_model = _worst_vs_f64(corr, ("dS_next", "dd", "dS0"))
     ok = all(r["passed"] and r["bitwise_3runs"] and r["finite"] for r in corr) if corr else False
     rows = [[_cell(r, k, f) for k, _, f in WGMMA_COLS] for r in timing]
     cap = ("K1 on Hopper tensor cores (sm_90a, TMA + wgmma, bf16 operands, fp32 accumulation, dS in registers "
@@ -128,8 +134,7 @@ def k2_wgmma_table(result: dict) -> tuple[str, str]:
     if not timing and not corr:
         return "", ""
     outs = ("dXe", "du", "dA")
-    worst = max((float(r[f"{o}_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
-    worst_model = max((float(r[f"{o}_bf16_model_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
+    worst, worst_model = _worst_vs_f64(corr, outs)
     worst_simt = max((float(r[f"{o}_simt_rel_vs_f64"]) for r in corr for o in outs), default=float("nan"))
     ok = all(r["passed"] and r["bitwise_3runs"] and r["finite"] and r["dA_upper_zero"] for r in corr) if corr else False
     done = [r for r in timing if "skipped" not in r]
