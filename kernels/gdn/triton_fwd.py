@@ -107,6 +107,8 @@ def wy_a_kernel(k_ptr, e_ptr, gam_ptr, T_ptr, K: tl.constexpr, C: tl.constexpr, 
     # in place). wy_fwd_kernel split in three (triton_chunk_fwd(wy_inverse="split")): the 63-step substitution is
     # a chain of dependent reductions, latency-bound; on its own it needs no product operand tiles (the row
     # kernel's 255 registers go to those), so more chunks can share an SM and hide each other's latency.
+    # A is formed as in wy_fwd_kernel, written out rather than shared through a helper: moving the row kernel's
+    # loads into one changes its sm_90a code (spills 320 -> 272 B at d_v 64), and that kernel is the measured one.
     bh = tl.program_id(0)
     n = tl.program_id(1)
     NT = tl.num_programs(1)
