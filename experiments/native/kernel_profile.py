@@ -98,6 +98,7 @@ def _load(path: str, name: str):
     return mod
 
 
+IMPLS = ("ours", "fla", "native", "hybrid", "hybrid-tc")
 FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "blocked"),
                     "split": ("wy_inverse", "split"),
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
@@ -109,6 +110,8 @@ def parse_impl(impl: str) -> tuple[str, dict]:
     implementation with its Triton forward configured (the words of FWD_OPTION_WORDS after an "@", joined by
     "+"); a plain name has no options. Only our Triton-forward implementations take options."""
     base, _, opts = impl.partition("@")
+    if base not in IMPLS:
+        raise ValueError(f"unknown implementation {base!r} in {impl!r}; expected one of {IMPLS}")
     if not opts:
         return base, {}
     if base not in ("ours", "hybrid", "hybrid-tc"):
@@ -271,6 +274,11 @@ def main(argv=None) -> dict:
     ap.add_argument("--check-rel", type=float, default=0.05)
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args(argv)
+    for impl in filter(None, args.impls.split(",")):  # a misspelt name stops here, before any device time is spent
+        try:
+            parse_impl(impl)
+        except ValueError as exc:
+            ap.error(str(exc))
     os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
     import torch
 

@@ -81,6 +81,12 @@ def test_impl_names_carry_forward_options(prof):
         prof.parse_impl("fla@tf32")
     with pytest.raises(ValueError, match="unknown forward option"):
         prof.parse_impl("hybrid-tc@bf16")
+    with pytest.raises(ValueError, match="unknown implementation"):
+        prof.parse_impl("hybird-tc")
+    # the command line refuses a misspelt name before it looks for a GPU
+    with pytest.raises(SystemExit) as exc:
+        prof.main(["--out", "unused", "--impls", "hybrid-tc,hybrid-tc@tf16"])
+    assert exc.value.code == 2
 
 
 def test_forward_option_words_cover_every_wy_inverse(prof):
