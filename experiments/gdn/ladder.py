@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, DOT_PRECISIONS, WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
+
 PIN_E2E = 5e-3  # the paper's end-to-end pin
 PIN_TILE = 1e-5  # float32 tile vs float64 of the same tile
 GRAD_NAMES = ("dq", "dk", "dv", "dg", "db", "dw")
@@ -265,11 +267,10 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=None, help="runs per end-to-end arm compared bit for bit "
                     "(default 1 for triton, 3 for native)")
     ap.add_argument("--dtypes", default="bfloat16,float16", help="input dtypes of the stage and end-to-end rungs (GPU)")
-    ap.add_argument("--dot-precision", choices=("tf32x3", "tf32", "ieee"), default="tf32x3",
+    ap.add_argument("--dot-precision", choices=DOT_PRECISIONS, default=DOT_PRECISION_DEFAULT,
                     help="tl.dot input precision of the Triton forward (and the Triton backward's scan)")
-    ap.add_argument("--wy-inverse", choices=("rows", "blocked", "split"), default="rows",
-                    help="the Triton forward's triangular inverse (row by row; 16 x 16 blocks; row by row in a "
-                         "kernel of its own)")
+    ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
+                    help="the Triton forward's triangular inverse (kernels/gdn/fwd_options.py)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse}

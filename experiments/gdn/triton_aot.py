@@ -35,12 +35,14 @@ for p in (str(ROOT / "src"), str(ROOT)):
 
 import torch  # noqa: E402
 
+from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
+
 SCHEMA = "lethe.gdn.triton_aot/1"
 KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
 
 
 def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None,
-                            wy_inverse: str = "rows"):
+                            wy_inverse: str = WY_INVERSE_DEFAULT):
     """The launches ``triton_chunk_fwd`` + ``triton_chunk_bwd`` make for one shape (recorded, not executed)."""
     from kernels.gdn.triton_bwd import triton_chunk_bwd
     from kernels.gdn.triton_fwd import triton_chunk_fwd
@@ -82,7 +84,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 
 
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
-        kernels=None, variants=("erase", "noerase"), log=print, wy_inverse="rows") -> dict:
+        kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT) -> dict:
     from lethe.aot import compile_launch
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for
@@ -158,7 +160,8 @@ def main(argv=None):
     ap.add_argument("--override", action="append", default=[], help="kernel:KEY=VAL[,KEY=VAL] (what-if configs)")
     ap.add_argument("--variants", default="erase,noerase",
                     help="erase: b given (KDA/GDN launches); noerase: b=None (LA/GLA/SSD launches)")
-    ap.add_argument("--wy-inverse", default="rows", help="the forward's triangular-inverse kernels (rows, blocked, split)")
+    ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
+                    help="the forward's triangular-inverse kernels")
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")
     args = ap.parse_args(argv)
     doc = run(dvs=[int(x) for x in args.dvs.split(",")], dtypes=args.dtypes.split(","), K=args.dk, C=args.chunk,

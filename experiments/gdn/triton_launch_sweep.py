@@ -35,6 +35,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
+from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT  # noqa: E402
+
 # candidates per kernel (each a partial override of the table entry); the default is always timed too
 CANDIDATES = {
     "prep_fwd_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
@@ -103,7 +105,9 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
 
     fc_inputs = _bench_inputs()
     H, K = 2, 128
-    wy = "blocked" if kernel == "wy_fwd_blocked_kernel" else ("split" if kernel in SPLIT_KERNELS else "rows")
+    # a WY kernel is timed inside its own variant; every other kernel inside the default forward
+    wy = {"wy_fwd_kernel": "rows", "wy_fwd_blocked_kernel": "blocked"}.get(
+        kernel, "split" if kernel in SPLIT_KERNELS else WY_INVERSE_DEFAULT)
     default = dict(table_for(kernel)[kernel])
     row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16", "wy_inverse": wy,
            "config": {**default, **override}, "is_default": not override}

@@ -25,6 +25,7 @@ import os
 import torch
 
 from . import chunked
+from .fwd_options import DOT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
 from .reference import MEMBERS, gates_for_member
 
 BACKENDS = ("auto", "torch", "triton", "native", "hybrid", "hybrid-tc")
@@ -100,7 +101,7 @@ class ChunkGDNFunction(torch.autograd.Function):
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
                  output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
-                 dot_precision: str = "tf32x3", wy_inverse: str = "rows"):
+                 dot_precision: str = DOT_PRECISION_DEFAULT, wy_inverse: str = WY_INVERSE_DEFAULT):
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
@@ -109,8 +110,8 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
 
     ``dot_precision`` and ``wy_inverse`` configure the Triton forward (backends "triton", "hybrid", "hybrid-tc"):
     tl.dot's input precision ("tf32x3", "tf32", "ieee"; the backward's scan uses it too) and how the WY kernel
-    inverts its triangular tile ("rows": forward substitution row by row; "blocked": 16 x 16 blocks on tensor
-    cores). The torch and native backends ignore them.
+    inverts its triangular tile ("split", the default, "rows" or "blocked"; see kernels/gdn/fwd_options.py). The
+    torch and native backends ignore them.
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")

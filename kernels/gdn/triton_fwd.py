@@ -3,10 +3,10 @@
 
 0. ``prep_fwd_kernel`` (grid B*H x N): the inputs in the internal layout, gamma = the chunk-local cumulative
    log-decay, u = w*v and e = b*k, in one pass.
-1. ``wy_fwd_kernel`` (grid B*H x N): A = strict_tril((e*Gamma)(k/Gamma)^T), its unit-lower-triangular inverse
-   T = (I + A)^{-1} by row-wise forward substitution in registers, then W = T (e*Gamma) and U~ = T (w*v)
-   (alternatives selected by ``wy_inverse``: ``wy_fwd_blocked_kernel``; ``wy_a_kernel`` + ``wy_inverse_kernel`` +
-   ``wy_apply_kernel``).
+1. the WY step: A = strict_tril((e*Gamma)(k/Gamma)^T), its unit-lower-triangular inverse T = (I + A)^{-1} by
+   row-wise forward substitution, then W = T (e*Gamma) and U~ = T (w*v). By default in three kernels
+   (``wy_a_kernel``, ``wy_inverse_kernel`` in place, ``wy_apply_kernel``); ``wy_inverse`` selects the one-kernel
+   ``wy_fwd_kernel`` ("rows") or ``wy_fwd_blocked_kernel`` instead.
 2. ``state_fwd_kernel`` (grid B*H x V-blocks): the sequential inter-chunk pass in float32: per chunk store S_n,
    delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
 3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
@@ -28,6 +28,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES
+
 GAMMA_FLOOR = -80.0
 
 # Launch configuration per kernel ("BV" is an upper bound: min(V, BV) is used). Chosen from ahead-of-time compiles
@@ -40,11 +42,12 @@ FWD_LAUNCH = {
     "prep_fwd_kernel": dict(num_warps=4, num_stages=1),  # not tuned (memory-bound copy)
     "wy_fwd_kernel": dict(num_warps=8, num_stages=1),
     "wy_fwd_blocked_kernel": dict(num_warps=4, num_stages=1),  # slower than the row kernel on the H200 (docs/native.md)
-    # wy_inverse="split": not yet run on a GPU; 8 warps = the fewest that compile without spills for sm_90a at
-    # d_k 128 (A: 245 regs, inverse: 80 -- three CTAs per SM where the row kernel fits one --, apply: 154-184)
-    "wy_a_kernel": dict(num_warps=8, num_stages=1),
-    "wy_inverse_kernel": dict(num_warps=8, num_stages=1),
-    "wy_apply_kernel": dict(num_warps=8, num_stages=1),
+    # wy_inverse="split" (the default), timed on the H200 (d_v 128, T 4k, 2^20 head-tokens; results/gdn/launch_sweep):
+    # A 0.65 ms at 4 warps (0.96 at 8; 64 B of spills at 4), the inverse 1.13 ms at 2 warps (6.62 at 8, 2.36 at 4;
+    # 136 registers, no spills), the products 1.87 ms at 4 warps (2.37 at 8)
+    "wy_a_kernel": dict(num_warps=4, num_stages=1),
+    "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
+    "wy_apply_kernel": dict(num_warps=4, num_stages=1),
     "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
@@ -405,9 +408,6 @@ def from_internal(x: torch.Tensor, T: int, dtype: torch.dtype) -> torch.Tensor:
     return out
 
 
-# how the WY kernel takes the triangular inverse: row by row in one kernel (the default), blockwise, or row by row
-# in a kernel of its own followed by the products (see triton_chunk_fwd)
-WY_INVERSES = ("rows", "blocked", "split")
 _FLOOR_CHECK = {"on": True}
 
 
@@ -429,12 +429,12 @@ def _check_dims(K: int, V: int, C: int) -> None:
 
 
 def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
-                     bv: int | None = None, wy_inverse: str = "rows"):
+                     bv: int | None = None, wy_inverse: str = WY_INVERSE_DEFAULT):
     """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`.
-    ``wy_inverse`` (one of WY_INVERSES): "rows" (``wy_fwd_kernel``, the default), "blocked" (the inverse
-    blockwise, ``wy_fwd_blocked_kernel``; chunk >= 64 so its blocks meet tl.dot's 16-row minimum on a GPU; slower
-    on the H200), "split" (the row kernel in three: ``wy_a_kernel`` writes A, ``wy_inverse_kernel`` inverts it in
-    place, ``wy_apply_kernel`` forms W and U; the same arithmetic; not yet run on a GPU)."""
+    ``wy_inverse`` (one of ``fwd_options.WY_INVERSES``): "split" (the default: ``wy_a_kernel`` writes A,
+    ``wy_inverse_kernel`` inverts it in place, ``wy_apply_kernel`` forms W and U), "rows" (the same arithmetic in
+    one kernel, ``wy_fwd_kernel``), "blocked" (the inverse blockwise, ``wy_fwd_blocked_kernel``; chunk >= 64 so
+    its blocks meet tl.dot's 16-row minimum on a GPU). Timings: kernels/gdn/fwd_options.py."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk

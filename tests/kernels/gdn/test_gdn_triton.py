@@ -169,9 +169,9 @@ def test_decay_floor_is_refused_unless_the_check_is_off_for_recording():
 
 @pytest.mark.parametrize("C,T", [(64, 150), (16, 40)])
 def test_split_wy_kernels_give_the_row_kernel_bit_for_bit(C, T):
-    # wy_inverse="split" runs the row kernel's two halves as two kernels: the same arithmetic in the same order
+    # the default wy_inverse="split" runs the row kernel's two halves as two kernels: the same arithmetic in the same order
     f = [x.float() for x in make_inputs(T=T, K=16, V=32)[:6]]
-    o1, S1, c1 = triton_chunk_fwd(*f, chunk=C, bv=16)
-    o2, S2, c2 = triton_chunk_fwd(*f, chunk=C, bv=16, wy_inverse="split")
+    o1, S1, c1 = triton_chunk_fwd(*f, chunk=C, bv=16, wy_inverse="rows")
+    o2, S2, c2 = triton_chunk_fwd(*f, chunk=C, bv=16)  # the default
     for a, b in ((c2["Tm"], c1["Tm"]), (c2["Wi"], c1["Wi"]), (o2, o1), (S2, S1)):
         assert torch.equal(a, b)

@@ -1,0 +1,16 @@
+"""The Triton forward's options, named once: the wrappers, the autograd entry and the experiments read them here
+(this module imports nothing, so the CPU-only paths can use the names without importing Triton)."""
+
+# tl.dot input precision of the Triton forward (and the Triton backward's scan); "tf32x3" keeps the ladder green,
+# single-pass "tf32" does not (results/gdn/fwd_variants, docs/native.md)
+DOT_PRECISIONS = ("tf32x3", "tf32", "ieee")
+DOT_PRECISION_DEFAULT = "tf32x3"
+
+# How the WY step inverts each chunk's unit lower-triangular (I + A):
+#   "split"   three kernels: A, then the inverse row by row in a kernel of its own (in place, small enough for
+#             several CTAs per SM), then the products W and U. The default: on the H200 (d_v 128, T 4k, 2^20
+#             head-tokens) 0.65 + 1.13 + 1.87 ms against 7.4 ms for "rows" (results/gdn/launch_sweep).
+#   "rows"    the same arithmetic in one kernel (forward substitution while A and the products stay in registers).
+#   "blocked" the inverse from 16 x 16 diagonal blocks on tensor cores; slower on the H200 (10.4 ms).
+WY_INVERSES = ("split", "rows", "blocked")
+WY_INVERSE_DEFAULT = "split"
