@@ -66,7 +66,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
 
 def launch_config(rec) -> dict:
     """The launch options and the meta-parameters that choose tiles (what the table reports as 'config')."""
-    keys = ("BV", "num_warps", "num_stages", "PREC", "HAS_ERASE")
+    keys = ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE")
     return {k: rec.kwargs[k] for k in keys if k in rec.kwargs}
 
 
@@ -110,7 +110,7 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                 continue
             t0 = time.time()
             rep = compile_launch(rec.jit, target, rec.args, kwargs)
-            cfg = {k: kwargs[k] for k in ("BV", "num_warps", "num_stages", "PREC", "HAS_ERASE") if k in kwargs}
+            cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE") if k in kwargs}
             row = {"kernel": name, "K": K, "V": V, "chunk": C, "target": target, "variant": variant,
                    "input_dtypes": [dt], "config": cfg, "overridden": name in overrides,
                    "signature_dtypes": sorted({s for s in spec.signature.values() if s.startswith("*")}),
@@ -139,7 +139,8 @@ def markdown_table(doc: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for r in doc["rows"]:
         c = r["config"]
-        cfg = f"{c.get('BV', '-')}, {c.get('num_warps')}, {c.get('num_stages')}, {c.get('PREC')}"
+        bv = f"{c['BV']}x{c['NVL']}" if c.get("NVL", 1) > 1 else c.get("BV", "-")  # V-blocks per program
+        cfg = f"{bv}, {c.get('num_warps')}, {c.get('num_stages')}, {c.get('PREC')}"
         fits = "yes" if not r["violations"] else "**no**: " + "; ".join(r["violations"])
         er = "yes" if r["variant"] == "erase" else "no"
         ins = ", ".join(r.get("input_dtypes", []))

@@ -49,7 +49,8 @@ CANDIDATES = {
     # two pipeline stages fit its shared memory at BV 32 (139,776 B), three do not
     "state_fwd_kernel": [dict(BV=bv, num_warps=w) for bv, w in ((16, 4), (32, 4), (32, 8), (64, 4), (64, 8))]
                         + [dict(BV=32, num_warps=w, num_stages=2) for w in (4, 8)],
-    "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)],
+    "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)]
+                         + [dict(BV=64, NVL=2, num_warps=w) for w in (4, 8)] + [dict(BV=32, NVL=4, num_warps=4)],
     "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
     "bwd_tail_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
 }
@@ -207,6 +208,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", required=True)
     ap.add_argument("--cells", default="128:4096:128,64:4096:128", help="d_v:T:B (H = 2, d_k = 128)")
     ap.add_argument("--kernels", default=",".join(CANDIDATES))
+    ap.add_argument("--candidates", default=None,
+                    help="JSON list of overrides timed instead of each listed kernel's CANDIDATES (the default "
+                         "configuration is always timed too), e.g. '[{\"NVL\": 2}]'")
     ap.add_argument("--backend", choices=("hybrid-tc", "triton"), default="hybrid-tc",
                     help="backend of the timed pass; 'triton' needs no CuTe DSL and times the forward kernels the "
                          "same way (the backends share the Triton forward and intra-chunk backward)")
@@ -254,7 +258,8 @@ def main(argv=None) -> dict:
         V, T, B = (int(x) for x in cell.split(":"))
         for kernel in kernels:
             default = table_for(kernel)[kernel]
-            configs = [{}] + [c for c in CANDIDATES[kernel] if any(default.get(k) != v for k, v in c.items())]
+            cands = json.loads(args.candidates) if args.candidates else CANDIDATES[kernel]
+            configs = [{}] + [c for c in cands if any(default.get(k) != v for k, v in c.items())]
             for override in configs:
                 if time.time() - start > args.budget_s:
                     row = {"kernel": kernel, "V": V, "T": T, "B": B, "config": {**default, **override},

@@ -9,7 +9,7 @@
    ``wy_fwd_kernel`` ("rows") or ``wy_fwd_blocked_kernel`` instead.
 2. ``state_fwd_kernel`` (grid B*H x V-blocks): the sequential inter-chunk pass in float32: per chunk store S_n,
    delta = U~ - W S_n, S <- Diag(Gamma_C) S + Kend^T delta.
-3. ``output_fwd_kernel`` (grid B*H x N x V-blocks): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
+3. ``output_fwd_kernel`` (grid B*H x N x V-blocks / NVL): o = (q*Gamma) S_n + tril((q*Gamma)(k/Gamma)^T) delta.
 
 Conventions: all internal tensors are float32 in a ``[B, H, T_pad, D]`` layout. The pairwise decay exp(gamma_t - gamma_s) is factored
 as exp(gamma_t) * exp(-gamma_s) with gamma anchored at the chunk start, which is exact in real arithmetic but
@@ -51,7 +51,8 @@ FWD_LAUNCH = {
     "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
-    "output_fwd_kernel": dict(BV=64, num_warps=4, num_stages=1),
+    # NVL: V-blocks per program sharing one P = tril(Qg Kg^T) (1 = one V-block per program); not yet timed above 1
+    "output_fwd_kernel": dict(BV=64, NVL=1, num_warps=4, num_stages=1),
 }
 
 
@@ -296,7 +297,11 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
 
 @triton.jit
 def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
-                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
+                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, NVL: tl.constexpr,
+                      PREC: tl.constexpr):
+    """Grid B*H x N x V/(BV*NVL). Each program forms Qg and the masked P = tril(Qg Kg^T) once and then serves NVL
+    V-blocks of BV columns in turn: with NVL > 1 the [C, K] loads and the P product are shared by the V-blocks
+    instead of repeated per program; every output element is computed by the same operations either way."""
     bh = tl.program_id(0)
     n = tl.program_id(1)
     NT = tl.num_programs(1)
@@ -304,18 +309,19 @@ def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
     iv = tl.program_id(2)
     rows = tl.arange(0, C)
     ck = tl.arange(0, K)
-    cv = iv * BV + tl.arange(0, BV)
     offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
-    offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
     gam = tl.load(gam_ptr + offk)
     Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
     Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
     P = tl.dot(Qg, tl.trans(Kg), input_precision=PREC)
     P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
-    S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
-    d = tl.load(D_ptr + offv)
-    o = tl.dot(Qg, S, input_precision=PREC) + tl.dot(P, d, input_precision=PREC)
-    tl.store(O_ptr + offv, o)
+    for j in tl.static_range(NVL):
+        cv = (iv * NVL + j) * BV + tl.arange(0, BV)
+        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+        S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
+        d = tl.load(D_ptr + offv)
+        o = tl.dot(Qg, S, input_precision=PREC) + tl.dot(P, d, input_precision=PREC)
+        tl.store(O_ptr + offv, o)
 
 
 @triton.jit
@@ -479,8 +485,9 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
                                         HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
                                         PREC=dot_precision, **_launch("state_fwd_kernel"))
     Oi = torch.empty_like(ui)
-    output_fwd_kernel[(B * H, NT, V // BV)](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV,
-                                            PREC=dot_precision, **_launch("output_fwd_kernel"))
+    NVL = max(1, min(FWD_LAUNCH["output_fwd_kernel"].get("NVL", 1), V // BV))
+    output_fwd_kernel[(B * H, NT, V // (BV * NVL))](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV, NVL=NVL,
+                                                    PREC=dot_precision, **_launch("output_fwd_kernel"))
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=vi, wi=wi, bi=bi, ei=ei, Tm=Tm,
                Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV, BV_state=BVs,
                dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision,

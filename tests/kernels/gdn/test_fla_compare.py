@@ -284,13 +284,18 @@ def test_wrapper_launch_configs_at_dk128():
     assert all(r["num_stages"] == 1 for r in launches)
     got = {(r["kernel"], r["V"], r["erase"]): (r.get("BV"), r["num_warps"]) for r in launches}
     for V in (64, 128):
-        assert got[("wy_fwd_kernel", V, True)] == (None, 8)
+        # the default split WY step, at the H200 sweep's warps (A 4, inverse 2, products 4)
+        assert got[("wy_a_kernel", V, True)] == (None, 4)
+        assert got[("wy_inverse_kernel", V, True)] == (None, 2)
+        assert got[("wy_apply_kernel", V, True)] == (None, 4)
+        assert ("wy_fwd_kernel", V, True) not in got
         assert got[("state_fwd_kernel", V, True)] == (32, 4)
         assert got[("prep_fwd_kernel", V, True)] == (None, 4)
         assert got[("output_fwd_kernel", V, True)] == (64, 4)  # 4 warps since the H200 launch sweep
         assert got[("state_bwd_kernel", V, True)] == (32, 8)
         assert got[("intra_bwd_kernel", V, True)] == (32, 8)
-        assert ("wy_fwd_kernel", V, False) not in got  # no erase: no triangular solve
+        assert not any((kern, V, False) in got for kern in ("wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel"))
+        # no erase: no triangular solve
     assert {r["PREC"] for r in launches if r["kernel"] == "intra_bwd_kernel"} == {"tf32"}
 
 

@@ -175,3 +175,19 @@ def test_split_wy_kernels_give_the_row_kernel_bit_for_bit(C, T):
     o2, S2, c2 = triton_chunk_fwd(*f, chunk=C, bv=16)  # the default
     for a, b in ((c2["Tm"], c1["Tm"]), (c2["Wi"], c1["Wi"]), (o2, o1), (S2, S1)):
         assert torch.equal(a, b)
+
+
+def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(monkeypatch):
+    # NVL > 1: one program forms P = tril(Qg Kg^T) once for several V-blocks; each output element goes through the
+    # same operations as with one V-block per program, so the output must not change by a bit
+    from gdn_helpers import make_inputs
+
+    from kernels.gdn import triton_fwd
+
+    f = [x.float() for x in make_inputs(T=150, K=16, V=64)[:6]]
+    o1, S1, _ = triton_fwd.triton_chunk_fwd(*f, chunk=32, bv=16)
+    for nvl in (2, 4, 8):  # 8 > V/BV = 4: clipped to 4
+        monkeypatch.setitem(triton_fwd.FWD_LAUNCH, "output_fwd_kernel",
+                            {**triton_fwd.FWD_LAUNCH["output_fwd_kernel"], "NVL": nvl})
+        o2, S2, _ = triton_fwd.triton_chunk_fwd(*f, chunk=32, bv=16)
+        assert torch.equal(o2, o1) and torch.equal(S2, S1)
