@@ -20,6 +20,7 @@ Triton.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -64,6 +65,33 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     return list(launches)
 
 
+@contextlib.contextmanager
+def launch_tables_overridden(overrides: dict[str, dict]):
+    """The wrappers' launch tables (FWD_LAUNCH, BWD_LAUNCH) with ``overrides`` merged into their entries inside the
+    block, restored after; kernels that are in no table are left to the launch arguments."""
+    from kernels.gdn.triton_bwd import BWD_LAUNCH
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    saved = []
+    try:
+        for name, ov in overrides.items():
+            for table in (FWD_LAUNCH, BWD_LAUNCH):
+                if name in table:
+                    saved.append((table, name, table[name]))
+                    table[name] = {**table[name], **{k: v for k, v in ov.items() if k != "PREC"}}
+        yield
+    finally:
+        for table, name, entry in reversed(saved):
+            table[name] = entry
+
+
+def _table_entry(name: str) -> dict:
+    from kernels.gdn.triton_bwd import BWD_LAUNCH
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    return FWD_LAUNCH.get(name) or BWD_LAUNCH.get(name) or {}
+
+
 def launch_config(rec) -> dict:
     """The launch options and the meta-parameters that choose tiles (what the table reports as 'config')."""
     keys = ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE")
@@ -95,13 +123,22 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
         if variant not in ("erase", "noerase"):
             raise ValueError(f"unknown variant {variant!r}")
     for V, variant, dt in ((V, var, dt) for var in variants for V in dvs for dt in dtypes):
-        for rec in record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase",
-                                           wy_inverse=wy_inverse):
+        with launch_tables_overridden(overrides):  # the wrappers derive their launches from the tables
+            recs = record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase",
+                                           wy_inverse=wy_inverse)
+        for rec in recs:
             name = rec.jit.fn.__name__
             if kernels and name not in kernels:
                 continue
             kwargs = dict(rec.kwargs)
-            kwargs.update(overrides.get(name, {}))
+            # keys that are launch arguments as well (BV, num_warps, PREC, ...); table-only keys such as KEND
+            # reached the launch through the table above
+            ov = overrides.get(name, {})
+            unknown = sorted(set(ov) - set(kwargs) - set(_table_entry(name)) - {"PREC"})
+            if unknown:
+                raise ValueError(f"override keys {unknown} are neither launch arguments of {name} nor keys of its "
+                                 "launch-table entry")
+            kwargs.update({k_: v_ for k_, v_ in ov.items() if k_ in kwargs or k_ == "PREC"})
             spec = specialize(rec.jit, target, rec.args, kwargs)
             key = (name, V, variant, repr(spec.signature), repr(spec.constexprs),
                    repr(sorted(spec.options.items())))
@@ -110,7 +147,8 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                 continue
             t0 = time.time()
             rep = compile_launch(rec.jit, target, rec.args, kwargs)
-            cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE") if k in kwargs}
+            cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "KEND_IN",
+                                          "WRITE_KEND") if k in kwargs}
             row = {"kernel": name, "K": K, "V": V, "chunk": C, "target": target, "variant": variant,
                    "input_dtypes": [dt], "config": cfg, "overridden": name in overrides,
                    "signature_dtypes": sorted({s for s in spec.signature.values() if s.startswith("*")}),

@@ -47,8 +47,10 @@ CANDIDATES = {
     "wy_apply_kernel": [dict(num_warps=w) for w in (4, 8)],
     # BV 16 at 8 warps left out: an illegal address on the H200, twice (results/gdn/launch_sweep/README.md);
     # two pipeline stages fit its shared memory at BV 32 (139,776 B), three do not
+    # KEND=1: Kend precomputed by the prep kernel (compare forward_kernels_ms, not only this kernel's time)
     "state_fwd_kernel": [dict(BV=bv, num_warps=w) for bv, w in ((16, 4), (32, 4), (32, 8), (64, 4), (64, 8))]
-                        + [dict(BV=32, num_warps=w, num_stages=2) for w in (4, 8)],
+                        + [dict(BV=32, num_warps=w, num_stages=2) for w in (4, 8)]
+                        + [dict(KEND=1), dict(KEND=1, BV=64)],
     "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)]
                          + [dict(BV=64, NVL=2, num_warps=w) for w in (4, 8)] + [dict(BV=32, NVL=4, num_warps=4)],
     "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
@@ -136,7 +138,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
         for i in range(args.warmup):
             run_pass(fn, *sets[i % 2])
         torch.cuda.synchronize()
-        walls, kms = [], []
+        walls, kms, fwd_ms = [], [], []
         for i in range(args.reps):
             e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             e0.record()
@@ -149,7 +151,11 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
                 run_pass(fn, *sets[i % 2])
                 torch.cuda.synchronize()
             kms.append(kernel_ms(prof, kernel))
+            # all forward kernels together: an option may move work between kernels (KEND: prep writes what the
+            # state kernel stops computing)
+            fwd_ms.append(sum(kernel_ms(prof, k_) or 0.0 for k_ in FORWARD_KERNELS))
     row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
+    row["forward_kernels_ms"] = round(statistics.median(fwd_ms), 4)
     row["kernel_ms"] = round(statistics.median(kms), 4) if all(k is not None for k in kms) else None
     row["status"] = "ok"
     return row
@@ -268,7 +274,8 @@ def main(argv=None) -> dict:
                     row = run_isolated(kernel, override, V, T, B, args)
                 rows.append(row)
                 print(f"[{time.time() - start:6.1f}s] V{V} T{T} {kernel} {row.get('config')}: {row.get('status')} "
-                      f"kernel {row.get('kernel_ms')} ms, pass {row.get('fwd_bwd_wall_ms')} ms, "
+                      f"kernel {row.get('kernel_ms')} ms, forward kernels {row.get('forward_kernels_ms')} ms, "
+                      f"pass {row.get('fwd_bwd_wall_ms')} ms, "
                       f"diff {row.get('max_rel_vs_default', float('nan')):.1e} {row.get('reason', '')[:120]}",
                       flush=True)
                 doc = {"schema": "lethe.gdn.launch_sweep/1", "device": torch.cuda.get_device_name(), "rows": rows,

@@ -48,7 +48,8 @@ FWD_LAUNCH = {
     "wy_a_kernel": dict(num_warps=4, num_stages=1),
     "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
     "wy_apply_kernel": dict(num_warps=4, num_stages=1),
-    "state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
+    # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN); 0 until timed on the H200
+    "state_fwd_kernel": dict(BV=32, KEND=0, num_warps=4, num_stages=1),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
@@ -266,9 +267,13 @@ def wy_fwd_blocked_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
 
 
 @triton.jit
-def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, NT: tl.constexpr,
+def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, kend_ptr, NT: tl.constexpr,
                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
-                     BV: tl.constexpr, HAS_ERASE: tl.constexpr, HAS_INIT: tl.constexpr, PREC: tl.constexpr):
+                     BV: tl.constexpr, HAS_ERASE: tl.constexpr, HAS_INIT: tl.constexpr, PREC: tl.constexpr,
+                     KEND_IN: tl.constexpr):
+    # KEND_IN: Kend = k * exp(gamma_C - gamma) comes precomputed (prep_fwd_kernel, WRITE_KEND) instead of being
+    # rebuilt here: the chunk loop is sequential and every V-block's program repeats it, so this takes one [C, K]
+    # load and C*K exponentials per step off the chain (the same values bit for bit).
     bh = tl.program_id(0)
     TP = NT * C
     iv = tl.program_id(1)
@@ -288,10 +293,14 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
         if HAS_ERASE:
             d = d - tl.dot(tl.load(W_ptr + offk), S, input_precision=PREC)
         tl.store(D_ptr + offv, d)
-        k = tl.load(k_ptr + offk)
-        gam = tl.load(gam_ptr + offk)
-        gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
-        Kend = k * tl.exp(gamC[None, :] - gam)
+        if KEND_IN:
+            gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+            Kend = tl.load(kend_ptr + offk)
+        else:
+            k = tl.load(k_ptr + offk)
+            gam = tl.load(gam_ptr + offk)
+            gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+            Kend = k * tl.exp(gamC[None, :] - gam)
         S = tl.exp(gamC)[:, None] * S + tl.dot(tl.trans(Kend), d, input_precision=PREC)
     tl.store(SF_ptr + offS, S)
 
@@ -336,12 +345,15 @@ def _load_rows(x_ptr, sb, st, sh, b, h, t, tmask, D: tl.constexpr):
 @triton.jit
 def prep_fwd_kernel(q_ptr, k_ptr, g_ptr, v_ptr, w_ptr, b_ptr,
                     sq0, sq1, sq2, sk0, sk1, sk2, sg0, sg1, sg2, sv0, sv1, sv2, sw0, sw1, sw2, sb0, sb1, sb2,
-                    qi_ptr, ki_ptr, gam_ptr, vi_ptr, wi_ptr, ui_ptr, bi_ptr, ei_ptr, T, H,
-                    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, HAS_ERASE: tl.constexpr):
+                    qi_ptr, ki_ptr, gam_ptr, vi_ptr, wi_ptr, ui_ptr, bi_ptr, ei_ptr, kend_ptr, T, H,
+                    K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, HAS_ERASE: tl.constexpr,
+                    WRITE_KEND: tl.constexpr):
     # The forward's inputs in its internal layout, one chunk of one head per program, in one pass: q, k, v, w,
     # b as float32 [B, H, T_pad, D] (padding rows 0), gamma = the chunk-local cumulative sum of g, u = w * v and
     # e = b * k. Replaces a cast-and-transpose copy per tensor, two products and a cumsum in torch (the forward
-    # profile's torch kernels). s*0, s*1, s*2 are the (batch, time, head) strides of each input.
+    # profile's torch kernels). s*0, s*1, s*2 are the (batch, time, head) strides of each input. WRITE_KEND: also
+    # Kend = k * exp(gamma_C - gamma) (gamma_C = the chunk's last row), which the sequential state kernel would
+    # otherwise rebuild from k and gamma in every V-block's program (see state_fwd_kernel).
     bh = tl.program_id(0)
     n = tl.program_id(1)
     NT = tl.num_programs(1)
@@ -358,7 +370,11 @@ def prep_fwd_kernel(q_ptr, k_ptr, g_ptr, v_ptr, w_ptr, b_ptr,
     tl.store(qi_ptr + offk, _load_rows(q_ptr, sq0, sq1, sq2, b, h, t, tmask, K))
     k = _load_rows(k_ptr, sk0, sk1, sk2, b, h, t, tmask, K)
     tl.store(ki_ptr + offk, k)
-    tl.store(gam_ptr + offk, tl.cumsum(_load_rows(g_ptr, sg0, sg1, sg2, b, h, t, tmask, K), 0))
+    gam = tl.cumsum(_load_rows(g_ptr, sg0, sg1, sg2, b, h, t, tmask, K), 0)
+    tl.store(gam_ptr + offk, gam)
+    if WRITE_KEND:
+        gamC = tl.sum(tl.where(r[:, None] == C - 1, gam, 0.0), 0)  # one value plus zeros: the stored row exactly
+        tl.store(kend_ptr + offk, k * tl.exp(gamC[None, :] - gam))
     v = _load_rows(v_ptr, sv0, sv1, sv2, b, h, t, tmask, V)
     w = _load_rows(w_ptr, sw0, sw1, sw2, b, h, t, tmask, V)
     tl.store(vi_ptr + offv, v)
@@ -370,9 +386,10 @@ def prep_fwd_kernel(q_ptr, k_ptr, g_ptr, v_ptr, w_ptr, b_ptr,
         tl.store(ei_ptr + offk, e * k)
 
 
-def prepare_inputs(q, k, g, v, w, b, C: int) -> dict:
+def prepare_inputs(q, k, g, v, w, b, C: int, kend: bool = False) -> dict:
     """The forward's internal float32 operands from [B, T, H, D] inputs in one kernel (``prep_fwd_kernel``):
-    qi, ki, gam (chunk-local cumulative log-decay), vi, wi, ui = w*v, and, with an erase gate, bi and ei = b*k.
+    qi, ki, gam (chunk-local cumulative log-decay), vi, wi, ui = w*v, with an erase gate bi and ei = b*k, and with
+    ``kend`` the state kernel's Kend = k * exp(gamma_C - gamma) (else None).
     Equal to :func:`to_internal` of each input and the torch products / cumsum (the cumsum may round in another
     order)."""
     B, T, H, K = q.shape
@@ -384,13 +401,15 @@ def prepare_inputs(q, k, g, v, w, b, C: int) -> dict:
     out.update({n: torch.empty(B, H, TP, V, **f32) for n in ("vi", "wi", "ui")})
     has_erase = b is not None
     out.update({n: (torch.empty(B, H, TP, K, **f32) if has_erase else None) for n in ("bi", "ei")})
+    out["kend"] = torch.empty(B, H, TP, K, **f32) if kend else None
     bb = b if has_erase else k  # any valid pointer; HAS_ERASE=False never reads it
     q, k, g, v, w, bb = (x if x.stride(-1) == 1 else x.contiguous() for x in (q, k, g, v, w, bb))
     strides = [s_ for x in (q, k, g, v, w, bb) for s_ in x.stride()[:3]]
     prep_fwd_kernel[(B * H, TP // C)](q, k, g, v, w, bb, *strides,
                                       out["qi"], out["ki"], out["gam"], out["vi"], out["wi"], out["ui"],
                                       out["bi"] if has_erase else out["qi"], out["ei"] if has_erase else out["qi"],
-                                      T, H, K=K, V=V, C=C, HAS_ERASE=has_erase, **_launch("prep_fwd_kernel"))
+                                      out["kend"] if kend else out["qi"], T, H, K=K, V=V, C=C,
+                                      HAS_ERASE=has_erase, WRITE_KEND=kend, **_launch("prep_fwd_kernel"))
     return out
 
 
@@ -447,7 +466,9 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     C = chunk
     _check_dims(K, V, C)
     s = K**-0.5 if scale is None else float(scale)
-    x = prepare_inputs(q, k, g, v, w, b, C)
+    # KEND (0/1) in the state kernel's launch entry: the prep kernel writes Kend for it (not yet timed on a GPU)
+    kend = bool(FWD_LAUNCH["state_fwd_kernel"].get("KEND", 0))
+    x = prepare_inputs(q, k, g, v, w, b, C, kend=kend)
     qi, ki, gam, vi, wi, ui, bi, ei = (x[n] for n in ("qi", "ki", "gam", "vi", "wi", "ui", "bi", "ei"))
     TP = qi.shape[2]
     NT = TP // C
@@ -482,9 +503,10 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     Di = torch.empty_like(ui)
     SF = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
-    state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, NT=NT, K=K, V=V, C=C, BV=BVs,
-                                        HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
-                                        PREC=dot_precision, **_launch("state_fwd_kernel"))
+    state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, x["kend"] if kend else ki, NT=NT, K=K, V=V,
+                                        C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
+                                        PREC=dot_precision, KEND_IN=kend, **_launch("state_fwd_kernel"))
+    del x  # Kend (when written) is not kept: only the state kernel reads it
     Oi = torch.empty_like(ui)
     NVL = max(1, min(FWD_LAUNCH["output_fwd_kernel"].get("NVL", 1), V // BV))
     output_fwd_kernel[(B * H, NT, V // (BV * NVL))](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV, NVL=NVL,

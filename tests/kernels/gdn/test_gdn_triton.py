@@ -191,3 +191,38 @@ def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(
                             {**triton_fwd.FWD_LAUNCH["output_fwd_kernel"], "NVL": nvl})
         o2, S2, _ = triton_fwd.triton_chunk_fwd(*f, chunk=32, bv=16)
         assert torch.equal(o2, o1) and torch.equal(S2, S1)
+
+
+@pytest.mark.parametrize("erase", [True, False])
+def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, erase):
+    # KEND=1: the prep kernel writes Kend = k * exp(gamma_C - gamma) and the state kernel loads it instead of
+    # rebuilding it per step; the same float32 operations on the same values, so every result must be equal
+    from gdn_helpers import make_inputs
+
+    from kernels.gdn import triton_fwd
+
+    C, T = 16, 37  # a padded last chunk
+    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=T, K=16, V=32))
+    bb = b if erase else None
+    o1, S1, c1 = triton_fwd.triton_chunk_fwd(q, k, v, g, bb, w, chunk=C, bv=16)
+    monkeypatch.setitem(triton_fwd.FWD_LAUNCH, "state_fwd_kernel",
+                        {**triton_fwd.FWD_LAUNCH["state_fwd_kernel"], "KEND": 1})
+    real, seen = triton_fwd.prepare_inputs, []
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        seen.append(out["kend"])
+        return out
+    monkeypatch.setattr(triton_fwd, "prepare_inputs", spy)
+    o2, S2, c2 = triton_fwd.triton_chunk_fwd(q, k, v, g, bb, w, chunk=C, bv=16)
+    assert len(seen) == 1 and seen[0] is not None  # the option reached the prep kernel
+    for name in ("Hs", "Di"):
+        assert torch.equal(c2[name], c1[name]), name
+    assert torch.equal(o2, o1) and torch.equal(S2, S1)
+    # and the prep kernel's Kend is the formula on its own outputs
+    x = triton_fwd.prepare_inputs(q, k, g, v, w, bb, C, kend=True)
+    B, H, TP, K = x["gam"].shape
+    gam = x["gam"].reshape(B, H, TP // C, C, K)
+    want = x["ki"].reshape(B, H, TP // C, C, K) * torch.exp(gam[:, :, :, -1:, :] - gam)
+    assert torch.allclose(x["kend"], want.reshape(B, H, TP, K), rtol=1e-6, atol=0)
+    assert triton_fwd.prepare_inputs(q, k, g, v, w, bb, C)["kend"] is None
