@@ -125,6 +125,17 @@ def parse_impl(impl: str) -> tuple[str, dict]:
     return base, out
 
 
+def resolved_fwd_options(impl: str) -> dict:
+    """The Triton forward's options an implementation runs with, defaults filled in (recorded in every row, so a
+    row says what "hybrid-tc" meant at its commit); {} for implementations without our Triton forward."""
+    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+
+    base, opts = parse_impl(impl)
+    if base not in ("ours", "hybrid", "hybrid-tc"):
+        return {}
+    return {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT, **opts}
+
+
 def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,
                  device: str = "cuda") -> dict:
     """One implementation on one cell: check against ``ref_grads`` (ours), time the backward, profile it.
@@ -323,7 +334,7 @@ def main(argv=None) -> dict:
             if time.time() - start > args.budget_s:
                 rows.append({**base, "status": "skipped", "reason": "time budget"})
                 continue
-            row_options = parse_impl(impl)[1]
+            row_options = resolved_fwd_options(impl)
             if impl == "native" and B * 2 * T > args.native_max_head_tokens:
                 rows.append({**base, "status": "skipped",
                              "reason": f"native above {args.native_max_head_tokens} head-tokens (memory)"})

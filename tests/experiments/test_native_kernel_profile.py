@@ -89,6 +89,14 @@ def test_impl_names_carry_forward_options(prof):
     assert exc.value.code == 2
 
 
+def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
+    from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
+
+    assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT}
+    assert prof.resolved_fwd_options("ours@rows+tf32") == {"dot_precision": "tf32", "wy_inverse": "rows"}
+    assert prof.resolved_fwd_options("fla") == {}
+
+
 def test_forward_option_words_cover_every_wy_inverse(prof):
     from kernels.gdn.triton_fwd import WY_INVERSES
 
