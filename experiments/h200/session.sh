@@ -6,8 +6,8 @@
 # fla640ctl: the K=128 control pair of the #640 verifier run; ladder_native: the ladder's end-to-end rung on the
 # native backend (LADDER_ARGS: extra arguments, several runs separated by ';'); profile: experiments/native/kernel_profile.py (extra arguments from $PROFILE_ARGS). The last two need
 # the CuTe DSL on PYTHONPATH for their native rows.
-# gputests: the GPU tests of the native backends (tests/kernels/gdn_native/test_native_gpu.py) alone, all the step's
-# time for them; sweep: experiments/gdn/triton_launch_sweep.py (extra arguments from $SWEEP_ARGS).
+# gputests: the GPU tests of the native backends and of the Triton forward's launch options
+# (tests/kernels/gdn_native/test_native_gpu.py, tests/kernels/gdn/test_gdn_triton_gpu.py), all the step's time for them; sweep: experiments/gdn/triton_launch_sweep.py (extra arguments from $SWEEP_ARGS).
 # A step may carry its own cap in seconds, "step:cap" (e.g. "sakana_bg,fla640q:150,native:100,sakana,flacmp").
 # sakana_bg starts the sakana compile phase in the background (CPU only: nvcc on 16 workers) so that GPU steps
 # run meanwhile; the next sakana step waits for it. native needs the CuTe DSL on PYTHONPATH (/opt/cute: see
@@ -63,7 +63,7 @@ for spec in ${steps//,/ }; do
               --quick --only-verifier --task 'verify fla640/gdn/K128/bfloat16' --ignore-estimates \
               --verify-timeout-s $((t-30)) --out $OUT/r/fla640ctl --budget-s $((t-20)) > $OUT/r/fla640ctl.log 2>&1 ;;
     gputests) timeout $((t-5)) python3 -m pytest -q -rA -m gpu -p no:cacheprovider tests/kernels/gdn_native/test_native_gpu.py \
-              > $OUT/r/gpu_tests.log 2>&1 ;;
+              tests/kernels/gdn/test_gdn_triton_gpu.py > $OUT/r/gpu_tests.log 2>&1 ;;
     sweep) timeout $((t-10)) python3 experiments/gdn/triton_launch_sweep.py --out $OUT/r/sweep --budget-s $((t-40)) \
               ${SWEEP_ARGS:-} > $OUT/r/sweep.log 2>&1 ;;
     ladder_native) # LADDER_ARGS may hold several runs separated by ';' (give each its own --name)

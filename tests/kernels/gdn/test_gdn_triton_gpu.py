@@ -1,0 +1,58 @@
+"""The Triton forward's launch options on a GPU (skip without CUDA): options that only move work between programs
+or kernels must give bitwise the same results there too, and the WY variants must agree within float32 rounding
+of their reordered sums. The CPU interpreter checks the same properties in test_gdn_triton.py, but it ignores
+warps and compiles nothing, so only a GPU can catch a code-generation difference."""
+
+import pytest
+import torch
+from gdn_helpers import make_inputs, rel_err
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _inputs(V: int, erase: bool = True):
+    q, k, v, g, b, w, _ = make_inputs(B=2, T=1000, H=4, K=128, V=V, seed=11)
+    x = [t.to("cuda", torch.bfloat16) for t in (q, k, v, g, b, w)]
+    if not erase:
+        x[4] = None
+    return x
+
+
+def _forward(x):
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    o, S, ctx = triton_chunk_fwd(*x, chunk=64)
+    torch.cuda.synchronize()
+    return o, S, ctx["Hs"], ctx["Di"]
+
+
+@pytest.mark.parametrize("V", [64, 128])
+@pytest.mark.parametrize("kernel,option", [("output_fwd_kernel", {"NVL": 1}), ("output_fwd_kernel", {"NVL": 2}),
+                                           ("state_fwd_kernel", {"KEND": 1})])
+def test_work_moving_launch_options_are_bitwise_neutral(monkeypatch, V, kernel, option):
+    from kernels.gdn import triton_fwd
+
+    for erase in (True, False):
+        x = _inputs(V, erase)
+        base = _forward(x)
+        monkeypatch.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], **option})
+        got = _forward(x)
+        monkeypatch.undo()
+        for name, a, r in zip(("o", "S", "Hs", "Di"), got, base, strict=True):
+            assert torch.equal(a, r), (kernel, option, erase, name)
+
+
+@pytest.mark.parametrize("V", [64, 128])
+def test_wy_variants_agree_on_gpu(V):
+    # split (the default) and rows run the same substitution; their launch configurations (2 vs 8 warps) may sum
+    # in another order, so float32 agreement, not bit equality; blocked inverts differently (16 x 16 blocks)
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    x = _inputs(V)
+    outs = {wy: triton_chunk_fwd(*x, chunk=64, wy_inverse=wy) for wy in ("split", "rows", "blocked")}
+    for wy in ("rows", "blocked"):
+        assert rel_err(outs[wy][2]["Tm"], outs["split"][2]["Tm"]) < 1e-5, wy
+        assert rel_err(outs[wy][1], outs["split"][1]) < 1e-4, wy
+        # the output is bf16: within one bf16 step at the largest magnitude
+        assert rel_err(outs[wy][0].float(), outs["split"][0].float()) < 2 ** -8, wy
