@@ -68,3 +68,12 @@ def test_each_group_perturbs_what_it_feeds(small_ctx):
     assert not torch.equal(a["Tm"], exact["Tm"])
     for rep in (out, st, a):  # TF32-sized, not wrong
         assert mod.rel(rep["o"], exact["o"]) < 1e-2
+
+
+def test_k1_p_reaches_the_scan_only(small_ctx):
+    mod = _mod()
+    o0, c0 = mod.perturbed(small_ctx, frozenset())
+    o1, c1 = mod.perturbed(small_ctx, frozenset({mod.K1_P}))
+    assert torch.equal(o1, o0) and all(torch.equal(c1[n], c0[n]) for n in ("Tm", "Wm", "Hs", "delta"))
+    assert not torch.equal(c1["P"], small_ctx["P"]) and mod.rel(c1["P"], small_ctx["P"]) < 1e-2
+    assert torch.equal(c0["P"], small_ctx["P"])
