@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, DOT_PRECISIONS, WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
+from kernels.gdn.fwd_options import (  # noqa: E402
+    DOT_PRECISION_DEFAULT, DOT_PRECISIONS, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT, WY_INVERSES)
 
 PIN_E2E = 5e-3  # the paper's end-to-end pin
 PIN_TILE = 1e-5  # float32 tile vs float64 of the same tile
@@ -271,11 +272,16 @@ def main(argv=None):
                     help="tl.dot input precision of the Triton forward (and the Triton backward's scan)")
     ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
                     help="the Triton forward's triangular inverse (kernels/gdn/fwd_options.py)")
+    ap.add_argument("--output-precision", choices=DOT_PRECISIONS, default=OUTPUT_PRECISION_DEFAULT,
+                    help="tl.dot input precision of the forward's output kernel alone (default: --dot-precision); "
+                         "its products feed only o")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
-    fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse}
-    if args.cpu_smoke and args.dot_precision != "tf32x3":
-        raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision is GPU-only")
+    fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse,
+                   "output_precision": args.output_precision}
+    if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision is not None):
+        raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision and --output-precision "
+                         "are GPU-only")
     repeats = args.repeats or (1 if args.backend == "triton" else 3)
 
     if args.cpu_smoke:
@@ -321,7 +327,8 @@ def main(argv=None):
             "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
             "backend": args.backend,
             "complete": complete,
-            "dot_precision": {"fwd": args.dot_precision, "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
+            "dot_precision": {"fwd": args.dot_precision, "fwd_output": args.output_precision or args.dot_precision,
+                              "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
             if not args.cpu_smoke else "interpreter (numpy float32)",
             "wy_inverse": args.wy_inverse,
             "error_rows": sum(1 for r in rows if not ok(r)),

@@ -102,7 +102,7 @@ IMPLS = ("ours", "fla", "native", "hybrid", "hybrid-tc")
 FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "blocked"),
                     "split": ("wy_inverse", "split"),
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
-                    "ieee": ("dot_precision", "ieee")}
+                    "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32")}
 
 
 def parse_impl(impl: str) -> tuple[str, dict]:
@@ -128,12 +128,13 @@ def parse_impl(impl: str) -> tuple[str, dict]:
 def resolved_fwd_options(impl: str) -> dict:
     """The Triton forward's options an implementation runs with, defaults filled in (recorded in every row, so a
     row says what "hybrid-tc" meant at its commit); {} for implementations without our Triton forward."""
-    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
 
     base, opts = parse_impl(impl)
     if base not in ("ours", "hybrid", "hybrid-tc"):
         return {}
-    return {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT, **opts}
+    return {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT,
+            "output_precision": OUTPUT_PRECISION_DEFAULT, **opts}
 
 
 def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,

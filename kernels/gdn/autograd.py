@@ -25,7 +25,7 @@ import os
 import torch
 
 from . import chunked
-from .fwd_options import DOT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+from .fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
 from .reference import MEMBERS, gates_for_member
 
 BACKENDS = ("auto", "torch", "triton", "native", "hybrid", "hybrid-tc")
@@ -55,14 +55,15 @@ class ChunkGDNFunction(torch.autograd.Function):
     """Chunked forward + explicit chunked backward of the general recurrence (one Function for all members)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision, wy_inverse):
+    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision, wy_inverse,
+                output_precision):
         if backend == "torch":
             o, S, saved = chunked.chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state)
         elif backend == "triton":
             from .triton_fwd import triton_chunk_fwd
 
             o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision,
-                                           wy_inverse=wy_inverse)
+                                           wy_inverse=wy_inverse, output_precision=output_precision)
         elif backend in _NATIVE_KEYS:
             key = _NATIVE_KEYS[backend]
             if key not in NATIVE_BACKENDS:
@@ -71,7 +72,8 @@ class ChunkGDNFunction(torch.autograd.Function):
                 raise NotImplementedError(f"no {backend} GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
             impl = NATIVE_BACKENDS[key]
             if backend != "native":
-                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse)
+                o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse,
+                                           output_precision)
             else:
                 o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state)
         else:  # pragma: no cover - resolved before
@@ -96,12 +98,13 @@ class ChunkGDNFunction(torch.autograd.Function):
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
         return (dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None),
-                None, None, None, None, None)
+                None, None, None, None, None, None)
 
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
                  output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
-                 dot_precision: str = DOT_PRECISION_DEFAULT, wy_inverse: str = WY_INVERSE_DEFAULT):
+                 dot_precision: str = DOT_PRECISION_DEFAULT, wy_inverse: str = WY_INVERSE_DEFAULT,
+                 output_precision: str | None = OUTPUT_PRECISION_DEFAULT):
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
@@ -110,13 +113,15 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
 
     ``dot_precision`` and ``wy_inverse`` configure the Triton forward (backends "triton", "hybrid", "hybrid-tc"):
     tl.dot's input precision ("tf32x3", "tf32", "ieee"; the backward's scan uses it too) and how the WY kernel
-    inverts its triangular tile ("split", the default, "rows" or "blocked"; see kernels/gdn/fwd_options.py). The
-    torch and native backends ignore them.
+    inverts its triangular tile ("split", the default, "rows" or "blocked"; see kernels/gdn/fwd_options.py);
+    ``output_precision`` the output kernel's alone (None: ``dot_precision``; its products feed only o). The torch
+    and native backends ignore them.
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
     gf, bf, wf = gates_for_member(member, q, v, g, b, w)
     be = _resolve_backend(backend, q)
     o, S = ChunkGDNFunction.apply(q, k, v, gf.contiguous(), None if bf is None else bf.contiguous(),
-                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision, wy_inverse)
+                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision, wy_inverse,
+                                  output_precision)
     return o, (S if output_final_state else None)

@@ -14,3 +14,11 @@ DOT_PRECISION_DEFAULT = "tf32x3"
 #   "blocked" the inverse from 16 x 16 diagonal blocks on tensor cores; slower on the H200 (10.4 ms).
 WY_INVERSES = ("split", "rows", "blocked")
 WY_INVERSE_DEFAULT = "split"
+
+# The output kernel's products (P = tril(Qg Kg^T), Qg S, P delta) feed o and nothing else -- the backward reads T, W,
+# the states and delta, and recomputes the rest -- so their precision is a knob of its own; None follows
+# dot_precision. Replayed on the CPU (experiments/gdn/fwd_error_sources.py, results/gdn/fwd_error_sources.json):
+# single-pass TF32 there adds at most 2.1e-3 to o's error, and the H200 default's o error plus that stays under the
+# 5e-3 pin on all 14 bf16 ladder arms (worst 4.58e-3). Not yet run through the ladder on a GPU: not the default.
+OUTPUT_PRECISIONS = (None, *DOT_PRECISIONS)
+OUTPUT_PRECISION_DEFAULT = None

@@ -92,8 +92,11 @@ def test_impl_names_carry_forward_options(prof):
 def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
     from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
 
-    assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT}
-    assert prof.resolved_fwd_options("ours@rows+tf32") == {"dot_precision": "tf32", "wy_inverse": "rows"}
+    assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT,
+                                                      "output_precision": None}
+    assert prof.resolved_fwd_options("ours@rows+tf32") == {"dot_precision": "tf32", "wy_inverse": "rows",
+                                                           "output_precision": None}
+    assert prof.resolved_fwd_options("hybrid-tc@otf32")["output_precision"] == "tf32"
     assert prof.resolved_fwd_options("fla") == {}
 
 

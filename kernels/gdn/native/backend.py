@@ -71,10 +71,12 @@ class HybridGDN:
     name = "hybrid-triton-cute-k1"
 
     @staticmethod
-    def forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision=DOT_PRECISION_DEFAULT, wy_inverse=WY_INVERSE_DEFAULT):
+    def forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision=DOT_PRECISION_DEFAULT,
+                wy_inverse=WY_INVERSE_DEFAULT, output_precision=None):
         from ..triton_fwd import triton_chunk_fwd
 
-        return triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse=wy_inverse)
+        return triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse=wy_inverse,
+                                output_precision=output_precision)
 
     @staticmethod
     def backward(do, saved, dS_final):

@@ -226,3 +226,52 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
     want = x["ki"].reshape(B, H, TP // C, C, K) * torch.exp(gam[:, :, :, -1:, :] - gam)
     assert torch.allclose(x["kend"], want.reshape(B, H, TP, K), rtol=1e-6, atol=0)
     assert triton_fwd.prepare_inputs(q, k, g, v, w, bb, C)["kend"] is None
+
+
+def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
+    # the output kernel's products feed only o: output_precision changes its PREC and nothing else's (launches
+    # recorded by stand-ins, nothing executed); None follows dot_precision
+    from kernels.gdn import triton_fwd
+
+    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=64, K=16, V=16))
+    names = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel",
+             "output_fwd_kernel")
+
+    class Recorder:
+        def __init__(self, name, seen):
+            self.name, self.seen = name, seen
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: self.seen.__setitem__(self.name, kwargs.get("PREC"))
+
+    def precs(**opts):
+        seen = {}
+        with monkeypatch.context() as m, triton_fwd.decay_floor_check_off():
+            for n in names:
+                m.setattr(triton_fwd, n, Recorder(n, seen))
+            triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, **opts)
+        return seen
+
+    base = precs()
+    got = precs(output_precision="tf32")
+    assert set(base) == set(names)
+    assert got.pop("output_fwd_kernel") == "tf32" and base.pop("output_fwd_kernel") == "tf32x3"
+    assert got == base and set(base.values()) - {None} == {"tf32x3"}
+    assert precs(dot_precision="ieee")["output_fwd_kernel"] == "ieee"
+    with pytest.raises(ValueError, match="output_precision"):
+        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, output_precision="bf16")
+
+
+@pytest.mark.parametrize("backend", ["triton", "hybrid-tc"])
+def test_chunk_family_takes_output_precision_through_autograd(backend):
+    # the option travels through the autograd Function (one more argument, one more None gradient); the
+    # interpreter's dots ignore the precision, so the results are the default's exactly
+    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=40, K=16, V=16))
+    do = torch.randn(v.shape, generator=torch.Generator().manual_seed(3))
+    outs = []
+    for opts in ({}, {"output_precision": "tf32"}):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v, g, b, w)]
+        o, _ = chunk_family(*leaves, member="gdn", chunk=16, backend=backend, **opts)
+        outs.append((o, torch.autograd.grad((o * do).sum(), leaves)))
+    assert torch.equal(outs[0][0], outs[1][0])
+    assert all(torch.equal(a, r) for a, r in zip(outs[0][1], outs[1][1], strict=True))
