@@ -34,7 +34,13 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from kernels.gdn.fwd_options import (  # noqa: E402
-    DOT_PRECISION_DEFAULT, DOT_PRECISIONS, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT, WY_INVERSES)
+    DOT_PRECISION_DEFAULT,
+    DOT_PRECISIONS,
+    OUTPUT_PRECISION_DEFAULT,
+    OUTPUT_PRECISIONS,
+    WY_INVERSE_DEFAULT,
+    WY_INVERSES,
+)
 
 PIN_E2E = 5e-3  # the paper's end-to-end pin
 PIN_TILE = 1e-5  # float32 tile vs float64 of the same tile
@@ -272,7 +278,7 @@ def main(argv=None):
                     help="tl.dot input precision of the Triton forward (and the Triton backward's scan)")
     ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
                     help="the Triton forward's triangular inverse (kernels/gdn/fwd_options.py)")
-    ap.add_argument("--output-precision", choices=DOT_PRECISIONS, default=OUTPUT_PRECISION_DEFAULT,
+    ap.add_argument("--output-precision", choices=[p for p in OUTPUT_PRECISIONS if p], default=OUTPUT_PRECISION_DEFAULT,
                     help="tl.dot input precision of the forward's output kernel alone (default: --dot-precision); "
                          "its products feed only o")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")

@@ -102,7 +102,8 @@ IMPLS = ("ours", "fla", "native", "hybrid", "hybrid-tc")
 FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "blocked"),
                     "split": ("wy_inverse", "split"),
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
-                    "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32")}
+                    "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32"),
+                    "otf32rn": ("output_precision", "tf32rn")}
 
 
 def parse_impl(impl: str) -> tuple[str, dict]:

@@ -306,6 +306,27 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
 
 
 @triton.jit
+def _tf32_nearest(x):
+    """``x`` rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does. A
+    single-pass TF32 product reads float32 operands by dropping the 13 low bits, a biased truncation: on the
+    ladder's inputs rounding first cuts the error it adds to o about threefold (experiments/gdn/fwd_error_sources
+    .py). Infinities and NaNs (exponent all ones) pass unchanged: adding to a NaN's payload could carry into the
+    sign bit."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded)
+
+
+@triton.jit
+def _out_dot(a, b, PREC: tl.constexpr):
+    # "tf32rn": single-pass TF32 on operands rounded to nearest first; any other PREC is tl.dot's own
+    if PREC == "tf32rn":
+        return tl.dot(_tf32_nearest(a), _tf32_nearest(b), input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
 def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, NVL: tl.constexpr,
                       PREC: tl.constexpr):
@@ -323,14 +344,14 @@ def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
     gam = tl.load(gam_ptr + offk)
     Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
     Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
-    P = tl.dot(Qg, tl.trans(Kg), input_precision=PREC)
+    P = _out_dot(Qg, tl.trans(Kg), PREC)
     P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
     for j in tl.static_range(NVL):
         cv = (iv * NVL + j) * BV + tl.arange(0, BV)
         offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
         S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
         d = tl.load(D_ptr + offv)
-        o = tl.dot(Qg, S, input_precision=PREC) + tl.dot(P, d, input_precision=PREC)
+        o = _out_dot(Qg, S, PREC) + _out_dot(P, d, PREC)
         tl.store(O_ptr + offv, o)
 
 

@@ -6,13 +6,15 @@ not trustworthy (pitfalls.md), so low-precision arms are left to the GPU ladder.
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from gdn_helpers import make_inputs, rel_err
 
 from kernels.gdn import chunked
 from kernels.gdn import reference as R
 from kernels.gdn.autograd import chunk_family
 from kernels.gdn.triton_bwd import triton_chunk_bwd
-from kernels.gdn.triton_fwd import triton_chunk_fwd
+from kernels.gdn.triton_fwd import _tf32_nearest, triton_chunk_fwd
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 2e-5  # float32 through a 16-64 step triangular solve and a short state scan
@@ -275,3 +277,58 @@ def test_chunk_family_takes_output_precision_through_autograd(backend):
         outs.append((o, torch.autograd.grad((o * do).sum(), leaves)))
     assert torch.equal(outs[0][0], outs[1][0])
     assert all(torch.equal(a, r) for a, r in zip(outs[0][1], outs[1][1], strict=True))
+
+
+def _tf32_nearest_reference(x: torch.Tensor) -> torch.Tensor:
+    # round-to-nearest-away on the float32 bit pattern; infinities and NaNs kept
+    bits = x.float().contiguous().view(torch.int32)
+    rounded = ((bits + 0x1000) & -8192).view(torch.float32)
+    return torch.where((bits & 0x7F800000) == 0x7F800000, x.float(), rounded)
+
+
+@triton.jit
+def _tf32_probe(x_ptr, y_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    tl.store(y_ptr + i, _tf32_nearest(tl.load(x_ptr + i)))
+
+
+def test_tf32_nearest_rounds_like_cvt_rna_and_keeps_specials():
+    ulp = 2.0 ** -10
+    nan_max_payload = torch.tensor([0x7FFFFFFF], dtype=torch.int32).view(torch.float32)
+    x = torch.tensor([1.0, 1 + 0.6 * ulp, -1 - 0.6 * ulp, 1 + 0.4 * ulp, 1 + 0.5 * ulp, float("inf"), -float("inf"),
+                      0.0, -0.0, 3.0e38, 1e-40, 2.5, 7.0, -7.0, 0.3, 1e-3], dtype=torch.float32)
+    x[7] = nan_max_payload[0]  # the GPU's canonical NaN: adding to it would carry into the sign bit
+    y = torch.empty_like(x)
+    _tf32_probe[(1,)](x, y, N=16)
+    want = _tf32_nearest_reference(x)
+    assert torch.equal(torch.isnan(y), torch.isnan(want)) and bool(torch.isnan(y[7]))
+    keep = ~torch.isnan(want)
+    assert torch.equal(y[keep], want[keep])
+    assert y[1] == 1 + ulp and y[2] == -1 - ulp and y[3] == 1.0 and y[4] == 1 + ulp  # ties away from zero
+    assert y[5] == float("inf") and y[6] == -float("inf")
+
+
+def test_output_precision_tf32rn_rounds_the_output_kernels_operands():
+    # On the interpreter (float32 dots) the kernel's o must equal the same products on TF32-rounded operands in
+    # torch. Inputs are dyadic (q, k in {+-1/2, +-1}, v with 11-bit fractions, no decay, no erase) so every float32
+    # sum is exact on both sides and only the TF32 rounding of operands with more than 11 significant bits (the
+    # states, delta) makes o differ from the default's: no accumulation-order noise can flip a rounding.
+    from kernels.gdn import triton_fwd
+
+    gen = torch.Generator().manual_seed(5)
+    B, T, H, K, V, C = 1, 48, 2, 16, 16, 16
+    pm = lambda *sh: (torch.randint(1, 3, sh, generator=gen) / 2) * (torch.randint(0, 2, sh, generator=gen) * 2 - 1)  # noqa: E731
+    q, k = pm(B, T, H, K), pm(B, T, H, K)
+    v = torch.randint(-2047, 2048, (B, T, H, V), generator=gen) / 2048
+    g, w = torch.zeros(B, T, H, K), torch.ones(B, T, H, V)
+    o0, _, ctx = triton_fwd.triton_chunk_fwd(q, k, v, g, None, w, chunk=C)
+    o1, _, _ = triton_fwd.triton_chunk_fwd(q, k, v, g, None, w, chunk=C, output_precision="tf32rn")
+    NT = T // C
+    ch = lambda x: x.reshape(B, H, NT, C, x.shape[-1])  # noqa: E731
+    Qg, Kg = ch(ctx["qi"]) * ctx["scale"], ch(ctx["ki"])
+    R = _tf32_nearest_reference
+    P = torch.tril(R(Qg) @ R(Kg).transpose(-1, -2))
+    o_int = R(Qg) @ R(ctx["Hs"]) + R(P) @ R(ch(ctx["Di"]))
+    want = triton_fwd.from_internal(o_int.reshape(B, H, T, -1), T, torch.float32)
+    assert torch.equal(o1, want)  # exactly the rounded products
+    assert not torch.equal(o0, o1) and rel_err(o1, o0) < 2e-3  # the rounding happened, and it is TF32-sized
