@@ -20,7 +20,6 @@ Triton.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -65,33 +64,6 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     return list(launches)
 
 
-@contextlib.contextmanager
-def launch_tables_overridden(overrides: dict[str, dict]):
-    """The wrappers' launch tables (FWD_LAUNCH, BWD_LAUNCH) with ``overrides`` merged into their entries inside the
-    block, restored after; kernels that are in no table are left to the launch arguments."""
-    from kernels.gdn.triton_bwd import BWD_LAUNCH
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
-
-    saved = []
-    try:
-        for name, ov in overrides.items():
-            for table in (FWD_LAUNCH, BWD_LAUNCH):
-                if name in table:
-                    saved.append((table, name, table[name]))
-                    table[name] = {**table[name], **{k: v for k, v in ov.items() if k != "PREC"}}
-        yield
-    finally:
-        for table, name, entry in reversed(saved):
-            table[name] = entry
-
-
-def _table_entry(name: str) -> dict:
-    from kernels.gdn.triton_bwd import BWD_LAUNCH
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
-
-    return FWD_LAUNCH.get(name) or BWD_LAUNCH.get(name) or {}
-
-
 def launch_config(rec) -> dict:
     """The launch options and the meta-parameters that choose tiles (what the table reports as 'config')."""
     keys = ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE")
@@ -113,6 +85,7 @@ def parse_overrides(items: list[str]) -> dict[str, dict]:
 
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
         kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT) -> dict:
+    from kernels.gdn.launch_tables import find_table, overridden
     from lethe.aot import compile_launch
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for
@@ -123,7 +96,7 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
         if variant not in ("erase", "noerase"):
             raise ValueError(f"unknown variant {variant!r}")
     for V, variant, dt in ((V, var, dt) for var in variants for V in dvs for dt in dtypes):
-        with launch_tables_overridden(overrides):  # the wrappers derive their launches from the tables
+        with overridden(overrides):  # the wrappers derive their launches from the tables
             recs = record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase",
                                            wy_inverse=wy_inverse)
         for rec in recs:
@@ -134,7 +107,8 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
             # keys that are launch arguments as well (BV, num_warps, PREC, ...); table-only keys such as KEND
             # reached the launch through the table above
             ov = overrides.get(name, {})
-            unknown = sorted(set(ov) - set(kwargs) - set(_table_entry(name)) - {"PREC"})
+            table = find_table(name)
+            unknown = sorted(set(ov) - set(kwargs) - set(table[name] if table else ()) - {"PREC"})
             if unknown:
                 raise ValueError(f"override keys {unknown} are neither launch arguments of {name} nor keys of its "
                                  "launch-table entry")

@@ -28,7 +28,6 @@ import json
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,6 +35,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
 from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT  # noqa: E402
+from kernels.gdn.launch_tables import overridden, table_for  # noqa: E402
 
 # candidates per kernel (each a partial override of the table entry); the default is always timed too
 CANDIDATES = {
@@ -59,24 +59,6 @@ CANDIDATES = {
 SPLIT_KERNELS = ("wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel")
 FORWARD_KERNELS = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", *SPLIT_KERNELS, "state_fwd_kernel",
                    "output_fwd_kernel")
-
-
-def table_for(kernel: str) -> dict:
-    from kernels.gdn import triton_bwd, triton_fwd
-
-    return triton_fwd.FWD_LAUNCH if kernel in FORWARD_KERNELS else triton_bwd.BWD_LAUNCH
-
-
-@contextmanager
-def launch_override(kernel: str, override: dict):
-    """The launch table entry of ``kernel`` updated with ``override`` for the duration; restored after."""
-    table = table_for(kernel)
-    saved = dict(table[kernel])
-    table[kernel] = {**saved, **override}
-    try:
-        yield table[kernel]
-    finally:
-        table[kernel] = saved
 
 
 def max_rel(a, b) -> float:
@@ -125,7 +107,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
                             chunk=64, output_final_state=True, wy_inverse=wy)
     ref = run_pass(fn, *sets[0])  # the default configuration's results
     torch.cuda.synchronize()
-    with launch_override(kernel, override):
+    with overridden({kernel: override}):
         t0 = time.perf_counter()
         got = run_pass(fn, *sets[0])
         torch.cuda.synchronize()

@@ -1,0 +1,27 @@
+"""kernels.gdn.launch_tables: lookups and temporary overrides of the wrappers' launch tables."""
+
+import pytest
+
+from kernels.gdn.launch_tables import find_table, overridden, table_for
+from kernels.gdn.triton_bwd import BWD_LAUNCH
+from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+
+def test_lookup_finds_each_table_and_refuses_unknown_kernels():
+    assert table_for("output_fwd_kernel") is FWD_LAUNCH and table_for("intra_bwd_kernel") is BWD_LAUNCH
+    assert find_table("no_such_kernel") is None
+    with pytest.raises(KeyError, match="no_such_kernel"):
+        table_for("no_such_kernel")
+
+
+def test_override_applies_and_restores_even_on_error():
+    before_f, before_b = dict(FWD_LAUNCH["wy_fwd_kernel"]), dict(BWD_LAUNCH["intra_bwd_kernel"])
+    with overridden({"wy_fwd_kernel": {"num_warps": 2}}) as entries:
+        cfg = entries["wy_fwd_kernel"]
+        assert FWD_LAUNCH["wy_fwd_kernel"]["num_warps"] == 2 and cfg["num_stages"] == before_f["num_stages"]
+    with pytest.raises(RuntimeError), overridden({"intra_bwd_kernel": {"BV": 64}, "wy_fwd_kernel": {"num_warps": 1},
+                                                   "no_such_kernel": {"BV": 8}}) as entries:
+        assert BWD_LAUNCH["intra_bwd_kernel"]["BV"] == 64 and FWD_LAUNCH["wy_fwd_kernel"]["num_warps"] == 1
+        assert "no_such_kernel" not in entries
+        raise RuntimeError("boom")
+    assert FWD_LAUNCH["wy_fwd_kernel"] == before_f and BWD_LAUNCH["intra_bwd_kernel"] == before_b
