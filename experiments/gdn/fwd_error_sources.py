@@ -230,7 +230,6 @@ def main(argv=None):
     ap.add_argument("--dvs", default="64,128")
     ap.add_argument("--seed", type=int, default=20260829)  # the ladder's default seed
     args = ap.parse_args(argv)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     rows, t0 = [], time.time()
     for V in (int(v) for v in args.dvs.split(",")):
         for arm in args.arms.split(","):

@@ -1,20 +1,17 @@
 """experiments/gdn/fwd_error_sources.py: the TF32 rounding is the hardware's, the unrounded replay is the chunked
 forward, and rounding one product group perturbs exactly what that group feeds."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 import torch
+from experiment_loader import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("fwd_error_sources", ROOT / "experiments/gdn/fwd_error_sources.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("gdn/fwd_error_sources.py", "fwd_error_sources")
 
 
 def test_tf32_keeps_ten_mantissa_bits():

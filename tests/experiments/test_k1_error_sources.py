@@ -1,16 +1,11 @@
 """experiments/native/k1_error_sources.py on a short sequence: the replay finds the dominant bf16 roundings of K1
 (P for d delta, Qg for dS0) and the hi/lo pairs remove most of both."""
 
-import importlib.util
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
+from experiment_loader import load_experiment
 
 
 def test_error_sources_on_a_short_sequence():
-    spec = importlib.util.spec_from_file_location("k1_error_sources", ROOT / "experiments/native/k1_error_sources.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_experiment("native/k1_error_sources.py", "k1_error_sources")
     rows = {(r["member"], r["case"]): r for r in mod.main(["--members", "kda", "--T", "256"])}
     base = rows[("kda", "all rounded")]
     assert 1e-4 < base["dd_rel_vs_exact"] < 1e-2  # bf16-sized, not zero, not wrong

@@ -2,19 +2,12 @@
 kernel's bf16 roundings cost bf16-sized errors in K2 and in the gradients, and only hi/lo pairs at every rounding
 point remove them."""
 
-import importlib.util
-from pathlib import Path
-
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
+from experiment_loader import load_experiment
 
 
 def _mod():
-    spec = importlib.util.spec_from_file_location("k2_error_sources", ROOT / "experiments/native/k2_error_sources.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("native/k2_error_sources.py", "k2_error_sources")
 
 
 def test_unrounded_replay_is_the_torch_k2():

@@ -1,20 +1,14 @@
 """The kernel-trace summary of experiments/native/kernel_profile.py on synthetic events (the script itself needs a GPU)."""
 
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from experiment_loader import load_experiment
 
 
 @pytest.fixture(scope="module")
 def prof():
-    spec = importlib.util.spec_from_file_location("native_profile", ROOT / "experiments/native/kernel_profile.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("native/kernel_profile.py", "native_profile")
 
 
 def ev(name, start_us, end_us):

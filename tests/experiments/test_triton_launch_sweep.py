@@ -1,20 +1,13 @@
 """The launch sweep's host logic (the sweep itself needs a GPU): candidates name table entries, best-of summary
 (the table overrides it uses: tests/kernels/gdn/test_launch_tables.py)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from experiment_loader import load_experiment
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    spec = importlib.util.spec_from_file_location("launch_sweep", ROOT / "experiments/gdn/triton_launch_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_experiment("gdn/triton_launch_sweep.py", "launch_sweep")
 
 
 def test_every_candidate_kernel_is_in_a_launch_table(sweep):
