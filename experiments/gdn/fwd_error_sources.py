@@ -185,9 +185,10 @@ def run_arm(member, V, T, seed, log=print) -> list[dict]:
 
 
 def default_ladder_errors() -> dict:
-    """The H200's bf16 end-to-end errors of the default configuration (results/gdn/ladder_hybrid_tc.json), per
-    arm and tensor."""
-    path = ROOT / "results/gdn/ladder_hybrid_tc.json"
+    """The H200's bf16 end-to-end errors of the forward with every product at 3xTF32 -- the default until the
+    output kernel's products became TF32 (rounded to nearest) on this replay's evidence -- per arm and tensor
+    (results/gdn/fwd_variants/ladder_htc_split_otf32x3.json, run at 04c7855)."""
+    path = ROOT / "results/gdn/fwd_variants/ladder_htc_split_otf32x3.json"
     if not path.exists():
         return {}
     return {(r["member"], r["V"], r["T"]): r["errors"] for r in json.loads(path.read_text())["rows"]

@@ -40,6 +40,7 @@ from kernels.gdn.fwd_options import (  # noqa: E402
     OUTPUT_PRECISIONS,
     WY_INVERSE_DEFAULT,
     WY_INVERSES,
+    resolve_output_precision,
 )
 
 PIN_E2E = 5e-3  # the paper's end-to-end pin
@@ -279,13 +280,13 @@ def main(argv=None):
     ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
                     help="the Triton forward's triangular inverse (kernels/gdn/fwd_options.py)")
     ap.add_argument("--output-precision", choices=[p for p in OUTPUT_PRECISIONS if p], default=OUTPUT_PRECISION_DEFAULT,
-                    help="tl.dot input precision of the forward's output kernel alone (default: --dot-precision); "
-                         "its products feed only o")
+                    help="tl.dot input precision of the forward's output kernel alone; its products feed only o "
+                         "(auto: tf32rn for bf16/fp16 inputs under the default --dot-precision, else --dot-precision)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse,
                    "output_precision": args.output_precision}
-    if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision is not None):
+    if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision != "auto"):
         raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision and --output-precision "
                          "are GPU-only")
     repeats = args.repeats or (1 if args.backend == "triton" else 3)
@@ -301,6 +302,10 @@ def main(argv=None):
         dtypes = tuple(getattr(torch, d) for d in args.dtypes.split(",") if d)
         lengths = tuple(int(t) for t in args.lengths.split(","))
         member_T = 1024
+    # what the output kernel ran at: one word when every dtype resolves alike (the GPU ladder's bf16 + fp16)
+    ran = {str(dt).removeprefix("torch."): resolve_output_precision(
+        args.output_precision, args.dot_precision, dt in (torch.bfloat16, torch.float16)) for dt in dtypes}
+    output_precision_ran = next(iter(ran.values())) if len(set(ran.values())) == 1 else ran
     if args.backend != "triton" and args.cpu_smoke:
         raise SystemExit(f"the {args.backend} backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
     from kernels.gdn.reference import MEMBERS
@@ -333,7 +338,7 @@ def main(argv=None):
             "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
             "backend": args.backend,
             "complete": complete,
-            "dot_precision": {"fwd": args.dot_precision, "fwd_output": args.output_precision or args.dot_precision,
+            "dot_precision": {"fwd": args.dot_precision, "fwd_output": output_precision_ran,
                               "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
             if not args.cpu_smoke else "interpreter (numpy float32)",
             "wy_inverse": args.wy_inverse,

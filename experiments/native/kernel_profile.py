@@ -103,7 +103,8 @@ FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "b
                     "split": ("wy_inverse", "split"),
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
                     "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32"),
-                    "otf32rn": ("output_precision", "tf32rn")}
+                    "otf32rn": ("output_precision", "tf32rn"),
+                    "otf32x3": ("output_precision", "tf32x3")}
 
 
 def parse_impl(impl: str) -> tuple[str, dict]:
@@ -128,14 +129,22 @@ def parse_impl(impl: str) -> tuple[str, dict]:
 
 def resolved_fwd_options(impl: str) -> dict:
     """The Triton forward's options an implementation runs with, defaults filled in (recorded in every row, so a
-    row says what "hybrid-tc" meant at its commit); {} for implementations without our Triton forward."""
-    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+    row says what "hybrid-tc" meant at its commit, and ``output_precision_bf16`` what the output kernel ran at on
+    the GPU's bf16 inputs); {} for implementations without our Triton forward."""
+    from kernels.gdn.fwd_options import (
+        DOT_PRECISION_DEFAULT,
+        OUTPUT_PRECISION_DEFAULT,
+        WY_INVERSE_DEFAULT,
+        resolve_output_precision,
+    )
 
     base, opts = parse_impl(impl)
     if base not in ("ours", "hybrid", "hybrid-tc"):
         return {}
-    return {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT,
-            "output_precision": OUTPUT_PRECISION_DEFAULT, **opts}
+    got = {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT,
+           "output_precision": OUTPUT_PRECISION_DEFAULT, **opts}
+    got["output_precision_bf16"] = resolve_output_precision(got["output_precision"], got["dot_precision"], True)
+    return got
 
 
 def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,

@@ -114,7 +114,8 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     ``dot_precision`` and ``wy_inverse`` configure the Triton forward (backends "triton", "hybrid", "hybrid-tc"):
     tl.dot's input precision ("tf32x3", "tf32", "ieee"; the backward's scan uses it too) and how the WY kernel
     inverts its triangular tile ("split", the default, "rows" or "blocked"; see kernels/gdn/fwd_options.py);
-    ``output_precision`` the output kernel's alone (None: ``dot_precision``; its products feed only o). The torch
+    ``output_precision`` the output kernel's alone (None: ``dot_precision``; "auto", the default: "tf32rn" for
+    bf16/fp16 inputs under the default ``dot_precision``; its products feed only o). The torch
     and native backends ignore them.
     """
     if member not in MEMBERS:

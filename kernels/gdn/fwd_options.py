@@ -16,11 +16,23 @@ WY_INVERSES = ("split", "rows", "blocked")
 WY_INVERSE_DEFAULT = "split"
 
 # The output kernel's products (P = tril(Qg Kg^T), Qg S, P delta) feed o and nothing else -- the backward reads T, W,
-# the states and delta, and recomputes the rest -- so their precision is a knob of its own; None follows
-# dot_precision. Replayed on the CPU (experiments/gdn/fwd_error_sources.py, results/gdn/fwd_error_sources.json):
-# single-pass TF32 there adds at most 2.1e-3 to o's error, and the H200 default's o error plus that stays under the
-# 5e-3 pin on all 14 bf16 ladder arms (worst 4.58e-3). "tf32rn" rounds the operands to TF32 to nearest before the
-# single-pass product (the tensor core otherwise truncates them): about a third of that error (7.6e-4 at most).
-# Neither has run through the ladder on a GPU: not the default.
-OUTPUT_PRECISIONS = (None, *DOT_PRECISIONS, "tf32rn")
-OUTPUT_PRECISION_DEFAULT = None
+# the states and delta, and recomputes the rest -- so their precision is a knob of its own: None follows
+# dot_precision; "tf32rn" rounds the operands to TF32 to nearest before a single-pass product (the tensor core
+# otherwise truncates them, "tf32"). The default "auto" is "tf32rn" for bf16/fp16 inputs under the default
+# dot_precision, and dot_precision otherwise (float32 inputs keep float32-grade products; a chosen dot_precision is
+# honoured everywhere). Why "tf32rn" for 16-bit inputs: replayed on the CPU first (experiments/gdn/fwd_error_sources.py,
+# results/gdn/fwd_error_sources.json: o within the 5e-3 pin on all 14 bf16 arms), then on the H200 (4e002d7): the
+# hybrid-tc ladder bf16 + fp16 28/28, every gradient bitwise the default's, o's worst bf16 error 3.30e-3 (unchanged;
+# largest increase 2.3e-3 -> 2.7e-3), fp16 o at most 8.1e-4; the output kernel 64 wgmma, no spills, instead of 192 +
+# 416 B spills; fwd+bwd 23.92 vs 25.78 ms at d_v 128, T 4k (results/native/profile, docs/native.md).
+OUTPUT_PRECISIONS = (None, "auto", *DOT_PRECISIONS, "tf32rn")
+OUTPUT_PRECISION_DEFAULT = "auto"
+
+
+def resolve_output_precision(output_precision: str | None, dot_precision: str, sixteen_bit_inputs: bool) -> str:
+    """The output kernel's tl.dot precision for these options and inputs (see OUTPUT_PRECISIONS above)."""
+    if output_precision not in OUTPUT_PRECISIONS:
+        raise ValueError(f"output_precision must be one of {OUTPUT_PRECISIONS}, got {output_precision!r}")
+    if output_precision == "auto":
+        return "tf32rn" if sixteen_bit_inputs and dot_precision == DOT_PRECISION_DEFAULT else dot_precision
+    return output_precision or dot_precision

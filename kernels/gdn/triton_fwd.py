@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .fwd_options import OUTPUT_PRECISIONS, WY_INVERSE_DEFAULT, WY_INVERSES
+from .fwd_options import OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT, WY_INVERSES, resolve_output_precision
 
 GAMMA_FLOOR = -80.0
 
@@ -476,15 +476,17 @@ def _check_dims(K: int, V: int, C: int) -> None:
 
 
 def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
-                     bv: int | None = None, wy_inverse: str = WY_INVERSE_DEFAULT, output_precision: str | None = None):
+                     bv: int | None = None, wy_inverse: str = WY_INVERSE_DEFAULT,
+                     output_precision: str | None = OUTPUT_PRECISION_DEFAULT):
     """Forward on the Triton kernels; returns ``(o, final_state, ctx)`` like :func:`chunked.chunk_fwd`.
     ``wy_inverse`` (one of ``fwd_options.WY_INVERSES``): "split" (the default: ``wy_a_kernel`` writes A,
     ``wy_inverse_kernel`` inverts it in place, ``wy_apply_kernel`` forms W and U), "rows" (the same arithmetic in
     one kernel, ``wy_fwd_kernel``), "blocked" (the inverse blockwise, ``wy_fwd_blocked_kernel``; chunk >= 64 so
     its blocks meet tl.dot's 16-row minimum on a GPU). Timings: kernels/gdn/fwd_options.py. ``output_precision``:
-    the output kernel's tl.dot precision (None: ``dot_precision``); its products feed only o."""
-    if output_precision not in OUTPUT_PRECISIONS:
-        raise ValueError(f"output_precision must be one of {OUTPUT_PRECISIONS}, got {output_precision!r}")
+    the output kernel's tl.dot precision (None: ``dot_precision``; "auto", the default: "tf32rn" for bf16/fp16
+    inputs under the default ``dot_precision``); its products feed only o. ``ctx["prec_output"]`` says which ran."""
+    out_prec = resolve_output_precision(output_precision, dot_precision,
+                                        q.dtype in (torch.bfloat16, torch.float16))
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk
@@ -534,10 +536,10 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     Oi = torch.empty_like(ui)
     NVL = max(1, min(FWD_LAUNCH["output_fwd_kernel"].get("NVL", 1), V // BV))
     output_fwd_kernel[(B * H, NT, V // (BV * NVL))](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV, NVL=NVL,
-                                                    PREC=output_precision or dot_precision,
+                                                    PREC=out_prec,
                                                     **_launch("output_fwd_kernel"))
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=vi, wi=wi, bi=bi, ei=ei, Tm=Tm,
                Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV, BV_state=BVs,
-               dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision,
+               dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision, prec_output=out_prec,
                init_dtype=None if initial_state is None else initial_state.dtype)
     return from_internal(Oi, T, q.dtype), SF, ctx

@@ -87,10 +87,12 @@ def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
     from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
 
     assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT,
-                                                      "output_precision": None}
+                                                      "output_precision": "auto", "output_precision_bf16": "tf32rn"}
+    # a chosen dot_precision is honoured by the output kernel too, unless it is chosen on its own
     assert prof.resolved_fwd_options("ours@rows+tf32") == {"dot_precision": "tf32", "wy_inverse": "rows",
-                                                           "output_precision": None}
-    assert prof.resolved_fwd_options("hybrid-tc@otf32")["output_precision"] == "tf32"
+                                                           "output_precision": "auto", "output_precision_bf16": "tf32"}
+    assert prof.resolved_fwd_options("hybrid-tc@otf32")["output_precision_bf16"] == "tf32"
+    assert prof.resolved_fwd_options("hybrid-tc@otf32x3")["output_precision_bf16"] == "tf32x3"
     assert prof.resolved_fwd_options("fla") == {}
 
 

@@ -24,7 +24,7 @@ import functools
 import torch
 
 from .. import chunked
-from ..fwd_options import DOT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+from ..fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
 
 
 def _require_hopper(device) -> None:
@@ -72,7 +72,7 @@ class HybridGDN:
 
     @staticmethod
     def forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision=DOT_PRECISION_DEFAULT,
-                wy_inverse=WY_INVERSE_DEFAULT, output_precision=None):
+                wy_inverse=WY_INVERSE_DEFAULT, output_precision=OUTPUT_PRECISION_DEFAULT):
         from ..triton_fwd import triton_chunk_fwd
 
         return triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse=wy_inverse,

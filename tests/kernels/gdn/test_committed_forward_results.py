@@ -54,14 +54,20 @@ def test_launch_table_follows_the_sweeps():
 
 @pytest.mark.parametrize("name", ["ladder.json", "ladder_hybrid_tc.json"])
 def test_committed_ladders_ran_the_default_forward(name):
-    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+    from kernels.gdn.fwd_options import (
+        DOT_PRECISION_DEFAULT,
+        OUTPUT_PRECISION_DEFAULT,
+        WY_INVERSE_DEFAULT,
+        resolve_output_precision,
+    )
 
     s = json.loads((ROOT / "results" / "gdn" / name).read_text())["summary"]
     assert s["wy_inverse"] == WY_INVERSE_DEFAULT
     assert s["dot_precision"]["fwd"] == DOT_PRECISION_DEFAULT
-    # ladders from before the option existed ran the output kernel at the forward's precision
-    assert s["dot_precision"].get("fwd_output", DOT_PRECISION_DEFAULT) == (OUTPUT_PRECISION_DEFAULT
-                                                                           or DOT_PRECISION_DEFAULT)
+    # the GPU ladder's inputs are bf16 and fp16; ladders from before the option existed ran the output kernel at
+    # the forward's precision
+    assert s["dot_precision"].get("fwd_output", DOT_PRECISION_DEFAULT) == resolve_output_precision(
+        OUTPUT_PRECISION_DEFAULT, DOT_PRECISION_DEFAULT, sixteen_bit_inputs=True)
     assert s["e2e_pass"] == s["e2e_arms"] == 28 and s["complete"]
 
 
@@ -71,11 +77,11 @@ def test_error_source_replay_supports_the_documented_conclusions():
     rows = {(r["member"], r["d_v"], r["T"], r["case"]): r for r in doc["rows"]}
     arms = {k[:3] for k in rows}
     assert len(arms) == 14
-    # the summary's bound is recomputed from the rows and the committed H200 default ladder
+    # the summary's bound is recomputed from the rows and the committed H200 ladder with every product at 3xTF32
     base = {(r["member"], r["V"], r["T"]): r["errors"] for r in json.loads(
-        (ROOT / "results" / "gdn" / "ladder_hybrid_tc.json").read_text())["rows"]
+        (ROOT / "results/gdn/fwd_variants/ladder_htc_split_otf32x3.json").read_text())["rows"]
         if r.get("rung") == "e2e" and r.get("dtype") == "bfloat16"}
-    for (m, v, t, case), r in rows.items():
+    for (m, v, t, _case), r in rows.items():
         want = max(base[(m, v, t)][n] + r["alone"][n] for n in r["alone"])
         assert r["bound_with_h200_default"] == pytest.approx(want, rel=1e-12)
     s = doc["summary"]

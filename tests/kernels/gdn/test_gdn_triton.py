@@ -232,7 +232,7 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
 
 def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
     # the output kernel's products feed only o: output_precision changes its PREC and nothing else's (launches
-    # recorded by stand-ins, nothing executed); None follows dot_precision
+    # recorded by stand-ins, nothing executed); None follows dot_precision, and so does the default for float32
     from kernels.gdn import triton_fwd
 
     q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=64, K=16, V=16))
@@ -260,6 +260,11 @@ def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
     assert got.pop("output_fwd_kernel") == "tf32" and base.pop("output_fwd_kernel") == "tf32x3"
     assert got == base and set(base.values()) - {None} == {"tf32x3"}
     assert precs(dot_precision="ieee")["output_fwd_kernel"] == "ieee"
+    # the default ("auto") rounds to TF32 for 16-bit inputs only, and only under the default dot_precision
+    q, k, v, g, b, w = (x.to(torch.bfloat16) for x in (q, k, v, g, b, w))
+    assert precs()["output_fwd_kernel"] == "tf32rn"
+    assert precs(dot_precision="ieee")["output_fwd_kernel"] == "ieee"
+    assert precs(output_precision=None)["output_fwd_kernel"] == "tf32x3"
     with pytest.raises(ValueError, match="output_precision"):
         triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, output_precision="bf16")
 
