@@ -258,6 +258,12 @@ def _write(out: Path, name: str, payload: dict, **prov) -> None:
     provenance.write(out / name.replace(".json", ".provenance.json"), **prov)
 
 
+def fwd_launch_table() -> dict:
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    return {name: dict(cfg) for name, cfg in FWD_LAUNCH.items()}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny float32 sizes on the Triton interpreter")
@@ -342,6 +348,8 @@ def main(argv=None):
                               "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
             if not args.cpu_smoke else "interpreter (numpy float32)",
             "wy_inverse": args.wy_inverse,
+            # the Triton forward's launch table as it ran (KEND, for one, changes roundings on the GPU)
+            "fwd_launch": fwd_launch_table(),
             "error_rows": sum(1 for r in rows if not ok(r)),
             "tile_all_pass": (all(r["pass"] for r in rows if r["rung"] == "tile")
                               if any(r["rung"] == "tile" for r in rows) else None),

@@ -48,8 +48,12 @@ FWD_LAUNCH = {
     "wy_a_kernel": dict(num_warps=4, num_stages=1),
     "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
     "wy_apply_kernel": dict(num_warps=4, num_stages=1),
-    # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN); 0 until timed on the H200
-    "state_fwd_kernel": dict(BV=32, KEND=0, num_warps=4, num_stages=1),
+    # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN). On the H200 (2^20 head-tokens,
+    # results/gdn/launch_sweep/state_kend_2b3da82) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
+    # 4.45 at d_v 64 T 32k. BV stays 32: 64 wins at T 4k (2.64) but loses at T 32k (5.96), where a sequential scan
+    # needs the programs. Not bitwise the default's on the GPU (o one bf16 step apart in places; bitwise on the
+    # interpreter): adopted on the ladders run with it (docs/native.md).
+    "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
@@ -273,7 +277,9 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
                      KEND_IN: tl.constexpr):
     # KEND_IN: Kend = k * exp(gamma_C - gamma) comes precomputed (prep_fwd_kernel, WRITE_KEND) instead of being
     # rebuilt here: the chunk loop is sequential and every V-block's program repeats it, so this takes one [C, K]
-    # load and C*K exponentials per step off the chain (the same values bit for bit).
+    # load and C*K exponentials per step off the chain. The same values bit for bit on the interpreter; on the H200
+    # the two kernels' exponentials can round apart (o then differs by one bf16 step in places), so the choice
+    # rests on the ladder, not on bit equality.
     bh = tl.program_id(0)
     TP = NT * C
     iv = tl.program_id(1)
@@ -492,7 +498,7 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     C = chunk
     _check_dims(K, V, C)
     s = K**-0.5 if scale is None else float(scale)
-    # KEND (0/1) in the state kernel's launch entry: the prep kernel writes Kend for it (not yet timed on a GPU)
+    # KEND (0/1) in the state kernel's launch entry: the prep kernel writes Kend for it
     kend = bool(FWD_LAUNCH["state_fwd_kernel"].get("KEND", 0))
     x = prepare_inputs(q, k, g, v, w, b, C, kend=kend)
     qi, ki, gam, vi, wi, ui, bi, ei = (x[n] for n in ("qi", "ki", "gam", "vi", "wi", "ui", "bi", "ei"))

@@ -81,7 +81,7 @@ def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch)
 
     def fake_e2e(device, member, K, V, C, T, dtype, seed, backend="triton", repeats=1, fwd_options=None):
         seen.append((member, backend, repeats))
-        assert fwd_options == {"dot_precision": "tf32x3", "wy_inverse": "split", "output_precision": None}  # the defaults reach the rung
+        assert fwd_options == {"dot_precision": "tf32x3", "wy_inverse": "split", "output_precision": "auto"}  # the defaults reach the rung
         return {"rung": "e2e", "member": member, "backend": backend, "V": V, "T": T, "dtype": str(dtype),
                 "errors": {"o": 1e-3}, "worst_rel_err": 1e-3, "worst_tensor": "o", "pass": True,
                 "bitwise_repeat": {"runs": repeats, "identical": True}}
@@ -92,5 +92,6 @@ def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch)
     data = json.loads((tmp_path / "ladder_native.json").read_text())
     assert {r["rung"] for r in data["rows"]} == {"e2e", "fla"}
     assert summary["backend"] == "native" and summary["tile_all_pass"] is None
+    assert summary["dot_precision"]["fwd_output"] == "tf32rn" and summary["fwd_launch"]["state_fwd_kernel"]["KEND"] == 1
     assert summary["bitwise_repeat_all_identical"] is True and summary["e2e_arms"] == 2 * 2 * 2
     assert set(seen) == {("gdn", "native", 3), ("la", "native", 3)}
