@@ -89,5 +89,8 @@ for spec in ${steps//,/ }; do
 done
 # a background compile no later step waited for must not write while the results are packed
 [ -n "$bg_pid" ] && { kill $bg_pid 2>/dev/null; wait $bg_pid 2>/dev/null; echo "background compile stopped"; }
-tar -czf $OUT/results.tar.gz -C $OUT r && rm -rf $OUT/r
+# a second run in the same device call must not replace the first one's archive (a lost call, twice): next free name
+archive=$OUT/results.tar.gz; n=2
+while [ -e "$archive" ]; do archive=$OUT/results_$n.tar.gz; n=$((n + 1)); done
+tar -czf "$archive" -C $OUT r && rm -rf $OUT/r && echo "packed $archive"
 ls -la $OUT
