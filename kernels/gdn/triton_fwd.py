@@ -58,7 +58,10 @@ FWD_LAUNCH = {
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
     # there is one V-block: unchanged), outputs and gradients bitwise the same (results/gdn/launch_sweep/output_nvl_4f71b67)
-    "output_fwd_kernel": dict(BV=64, NVL=2, num_warps=4, num_stages=1),
+    # DIRECT 1: o written in the caller's layout and dtype by the kernel (the forward profile's torch cast-and-
+    # transpose copy of o: 0.38 ms at d_v 128, 2^20 head-tokens). Written after the eighth build's device time:
+    # not yet timed on the H200, so 0 (the conversion rounds to nearest either way on the GPU)
+    "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=0, num_warps=4, num_stages=1),
 }
 
 
@@ -333,12 +336,14 @@ def _out_dot(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
-def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
+def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale, T, H,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, NVL: tl.constexpr,
-                      PREC: tl.constexpr):
+                      PREC: tl.constexpr, DIRECT: tl.constexpr):
     """Grid B*H x N x V/(BV*NVL). Each program forms Qg and the masked P = tril(Qg Kg^T) once and then serves NVL
     V-blocks of BV columns in turn: with NVL > 1 the [C, K] loads and the P product are shared by the V-blocks
-    instead of repeated per program; every output element is computed by the same operations either way."""
+    instead of repeated per program; every output element is computed by the same operations either way.
+    DIRECT: o goes straight into the caller's [B, T, H, V] tensor in its dtype (rows past T dropped) instead of a
+    float32 [B, H, T_pad, V] buffer that torch then casts and transposes in a kernel of its own."""
     bh = tl.program_id(0)
     n = tl.program_id(1)
     NT = tl.num_programs(1)
@@ -358,7 +363,14 @@ def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale,
         S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
         d = tl.load(D_ptr + offv)
         o = _out_dot(Qg, S, PREC) + _out_dot(P, d, PREC)
-        tl.store(O_ptr + offv, o)
+        if DIRECT:
+            t = n * C + rows
+            b = bh // H
+            h = bh % H
+            offo = ((b * T + t[:, None]) * H + h) * V + cv[None, :]
+            tl.store(O_ptr + offo, o.to(O_ptr.dtype.element_ty), mask=t[:, None] < T)
+        else:
+            tl.store(O_ptr + offv, o)
 
 
 @triton.jit
@@ -539,13 +551,14 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
                                         C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
                                         PREC=dot_precision, KEND_IN=kend, **_launch("state_fwd_kernel"))
     del x  # Kend (when written) is not kept: only the state kernel reads it
-    Oi = torch.empty_like(ui)
+    direct = bool(FWD_LAUNCH["output_fwd_kernel"].get("DIRECT", 0))
+    o = torch.empty(B, T, H, V, device=dev, dtype=q.dtype) if direct else torch.empty_like(ui)
     NVL = max(1, min(FWD_LAUNCH["output_fwd_kernel"].get("NVL", 1), V // BV))
-    output_fwd_kernel[(B * H, NT, V // (BV * NVL))](qi, ki, gam, Hs, Di, Oi, s, K=K, V=V, C=C, BV=BV, NVL=NVL,
-                                                    PREC=out_prec,
+    output_fwd_kernel[(B * H, NT, V // (BV * NVL))](qi, ki, gam, Hs, Di, o, s, T, H, K=K, V=V, C=C, BV=BV, NVL=NVL,
+                                                    PREC=out_prec, DIRECT=direct,
                                                     **_launch("output_fwd_kernel"))
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=vi, wi=wi, bi=bi, ei=ei, Tm=Tm,
                Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV, BV_state=BVs,
                dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision, prec_output=out_prec,
                init_dtype=None if initial_state is None else initial_state.dtype)
-    return from_internal(Oi, T, q.dtype), SF, ctx
+    return (o if direct else from_internal(o, T, q.dtype)), SF, ctx

@@ -198,7 +198,8 @@ def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(
 @pytest.mark.parametrize("erase", [True, False])
 def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, erase):
     # KEND=1: the prep kernel writes Kend = k * exp(gamma_C - gamma) and the state kernel loads it instead of
-    # rebuilding it per step; the same float32 operations on the same values, so every result must be equal
+    # rebuilding it per step; the same float32 operations on the same values, so every result must be equal on the
+    # interpreter (on the H200 the two kernels' exponentials round apart: test_gdn_triton_gpu.py)
     from gdn_helpers import make_inputs
 
     from kernels.gdn import triton_fwd
@@ -206,7 +207,10 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
     C, T = 16, 37  # a padded last chunk
     q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=T, K=16, V=32))
     bb = b if erase else None
-    o1, S1, c1 = triton_fwd.triton_chunk_fwd(q, k, v, g, bb, w, chunk=C, bv=16)
+    # KEND is on by default since fc35227: the baseline turns it off
+    with monkeypatch.context() as m:
+        m.setitem(triton_fwd.FWD_LAUNCH, "state_fwd_kernel", {**triton_fwd.FWD_LAUNCH["state_fwd_kernel"], "KEND": 0})
+        o1, S1, c1 = triton_fwd.triton_chunk_fwd(q, k, v, g, bb, w, chunk=C, bv=16)
     monkeypatch.setitem(triton_fwd.FWD_LAUNCH, "state_fwd_kernel",
                         {**triton_fwd.FWD_LAUNCH["state_fwd_kernel"], "KEND": 1})
     real, seen = triton_fwd.prepare_inputs, []
@@ -228,6 +232,33 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
     want = x["ki"].reshape(B, H, TP // C, C, K) * torch.exp(gam[:, :, :, -1:, :] - gam)
     assert torch.allclose(x["kend"], want.reshape(B, H, TP, K), rtol=1e-6, atol=0)
     assert triton_fwd.prepare_inputs(q, k, g, v, w, bb, C)["kend"] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_output_kernel_writing_the_callers_layout_gives_the_same_o(monkeypatch, dtype):
+    # DIRECT=1: the output kernel stores o in [B, T, H, V] and the input dtype itself, padded rows dropped, instead
+    # of a float32 buffer that torch casts and transposes. float32: bitwise. bf16: the interpreter truncates float32
+    # to bf16 where torch (and the GPU) round to nearest, so one bf16 step apart at most, in the rounding direction
+    from kernels.gdn import triton_fwd
+
+    C, T = 16, 37  # a padded last chunk
+    q, k, v, g, b, w, _ = (x.to(dtype) for x in make_inputs(T=T, K=16, V=32))
+    outs = {}
+    for direct in (0, 1):
+        with monkeypatch.context() as m:
+            m.setitem(triton_fwd.FWD_LAUNCH, "output_fwd_kernel",
+                      {**triton_fwd.FWD_LAUNCH["output_fwd_kernel"], "DIRECT": direct})
+            outs[direct] = triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=C, bv=16)
+    (o0, S0, c0), (o1, S1, c1) = outs[0], outs[1]
+    assert o1.shape == o0.shape == v.shape and o1.dtype == o0.dtype == dtype and o1.is_contiguous()
+    assert torch.equal(S1, S0) and torch.equal(c1["Hs"], c0["Hs"])
+    if dtype == torch.float32:
+        assert torch.equal(o1, o0)
+    else:
+        step = o0.float().abs() * 2.0 ** -7  # one bf16 step at each element's magnitude, at most
+        assert bool(((o1.float() - o0.float()).abs() <= step).all())
+        assert bool((o1.float().abs() <= o0.float().abs() + step).all())
+
 
 
 def test_output_precision_reaches_the_output_kernel_only(monkeypatch):

@@ -28,7 +28,8 @@ def _forward(x):
 
 
 @pytest.mark.parametrize("V", [64, 128])
-@pytest.mark.parametrize("kernel,option", [("output_fwd_kernel", {"NVL": 1}), ("output_fwd_kernel", {"NVL": 2})])
+@pytest.mark.parametrize("kernel,option", [("output_fwd_kernel", {"NVL": 1}), ("output_fwd_kernel", {"NVL": 2}),
+                                           ("output_fwd_kernel", {"DIRECT": 1}), ("output_fwd_kernel", {"DIRECT": 0})])
 def test_work_moving_launch_options_are_bitwise_neutral(monkeypatch, V, kernel, option):
     from kernels.gdn import triton_fwd
 
