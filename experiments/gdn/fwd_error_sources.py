@@ -149,6 +149,9 @@ def cases():
     out += [("all but output", frozenset(STAGES) - {"output"}, "trunc"),
             ("all four, round-to-nearest", frozenset(STAGES), "rna"),
             ("output only, round-to-nearest", frozenset({"output"}), "rna")]
+    # the output kernel runs TF32 rounded to nearest by default since the eighth build: what could join it
+    out += [(f"output + {s}, round-to-nearest", frozenset({"output", s}), "rna") for s in ("A", "WU", "state", K1_P)]
+    out += [("all four + K1's P, round-to-nearest", frozenset(STAGES) | {K1_P}, "rna")]
     return out
 
 

@@ -104,6 +104,11 @@ def test_error_source_replay_supports_the_documented_conclusions():
         assert all(out["alone"][n] == 0.0 or n == "o" or out["alone"][n] < 1e-12 for n in out["alone"])
         assert base[(m, v, t)]["o"] + out["alone"]["o"] <= pin
         assert rows[(m, v, t, "output only, round-to-nearest")]["alone"]["o"] < out["alone"]["o"]
+    # the next candidates beside the (now default) rounded output kernel: A, W/U or the state scan rounded to nearest
+    # stay within the pin by the bound, the backward's K1 operand P does not (docs/native.md)
+    for group in ("A", "WU", "state"):
+        assert s[f"output + {group}, round-to-nearest"]["within_pin_by_bound"] == 14, group
+    assert s["output + K1_P, round-to-nearest"]["within_pin_by_bound"] < 14
     # calibration: o's measured increase under TF32 never exceeds the replayed o error (truncation model)
     for c in doc["calibration"]:
         assert c["bound_holds"]["o"], (c["member"], c["d_v"], c["T"])
