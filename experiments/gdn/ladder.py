@@ -288,8 +288,24 @@ def main(argv=None):
     ap.add_argument("--output-precision", choices=[p for p in OUTPUT_PRECISIONS if p], default=OUTPUT_PRECISION_DEFAULT,
                     help="tl.dot input precision of the forward's output kernel alone; its products feed only o "
                          "(auto: tf32rn for bf16/fp16 inputs under the default --dot-precision, else --dot-precision)")
+    ap.add_argument("--launch", action="append", default=[], metavar="KERNEL:KEY=VAL[,KEY=VAL]",
+                    help="run with a launch-table entry changed (kernels/gdn/launch_tables.py), e.g. "
+                         "state_fwd_kernel:PREC=tf32rn; recorded in the summary (launch_overrides, fwd_launch)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
+    from kernels.gdn.launch_tables import check_overrides, overridden, parse_overrides
+
+    try:
+        launch = parse_overrides(args.launch)
+        check_overrides(launch)
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"--launch: {exc}") from None
+    with overridden(launch):
+        return _run(args, launch)
+
+
+def _run(args, launch: dict):
+    """The ladder with the parsed arguments, inside ``launch``'s overrides of the launch tables."""
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse,
                    "output_precision": args.output_precision}
     if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision != "auto"):
@@ -350,6 +366,7 @@ def main(argv=None):
             "wy_inverse": args.wy_inverse,
             # the Triton forward's launch table as it ran (KEND, for one, changes roundings on the GPU)
             "fwd_launch": fwd_launch_table(),
+            "launch_overrides": launch,
             "error_rows": sum(1 for r in rows if not ok(r)),
             "tile_all_pass": (all(r["pass"] for r in rows if r["rung"] == "tile")
                               if any(r["rung"] == "tile" for r in rows) else None),

@@ -70,19 +70,6 @@ def launch_config(rec) -> dict:
     return {k: rec.kwargs[k] for k in keys if k in rec.kwargs}
 
 
-def parse_overrides(items: list[str]) -> dict[str, dict]:
-    """``kernel:KEY=VAL,KEY=VAL`` -> {kernel: {KEY: VAL}} (ints parsed; PREC left a string)."""
-    out: dict[str, dict] = {}
-    for item in items:
-        name, _, rest = item.partition(":")
-        if not rest:
-            raise ValueError(f"override {item!r}: expected kernel:KEY=VAL[,KEY=VAL]")
-        for kv in rest.split(","):
-            key, _, val = kv.partition("=")
-            out.setdefault(name, {})[key] = int(val) if val.lstrip("-").isdigit() else val
-    return out
-
-
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
         kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT) -> dict:
     from kernels.gdn.launch_tables import find_table, overridden
@@ -177,6 +164,8 @@ def main(argv=None):
                     help="the forward's triangular-inverse kernels")
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")
     args = ap.parse_args(argv)
+    from kernels.gdn.launch_tables import parse_overrides
+
     doc = run(dvs=[int(x) for x in args.dvs.split(",")], dtypes=args.dtypes.split(","), K=args.dk, C=args.chunk,
               target=args.target, overrides=parse_overrides(args.override),
               kernels=set(filter(None, args.kernels.split(","))), variants=tuple(args.variants.split(",")),

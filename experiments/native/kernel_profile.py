@@ -105,6 +105,11 @@ FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "b
                     "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32"),
                     "otf32rn": ("output_precision", "tf32rn"),
                     "otf32x3": ("output_precision", "tf32x3")}
+# words that change a launch-table entry of the Triton forward for that implementation's run (experiment switches of
+# kernels/gdn/triton_fwd.FWD_LAUNCH; the launch tables are restored after it)
+LAUNCH_WORDS = {"arn": {"wy_a_kernel": {"PREC": "tf32rn"}}, "wurn": {"wy_apply_kernel": {"PREC": "tf32rn"}},
+                "srn": {"state_fwd_kernel": {"PREC": "tf32rn"}}, "kend0": {"state_fwd_kernel": {"KEND": 0}},
+                "direct": {"output_fwd_kernel": {"DIRECT": 1}}}
 
 
 def parse_impl(impl: str) -> tuple[str, dict]:
@@ -120,11 +125,25 @@ def parse_impl(impl: str) -> tuple[str, dict]:
         raise ValueError(f"{base} has no Triton forward to configure ({impl!r})")
     out = {}
     for word in opts.split("+"):
+        if word in LAUNCH_WORDS:
+            continue  # see launch_overrides
         if word not in FWD_OPTION_WORDS:
-            raise ValueError(f"unknown forward option {word!r} in {impl!r}; expected {sorted(FWD_OPTION_WORDS)}")
+            raise ValueError(f"unknown forward option {word!r} in {impl!r}; expected "
+                             f"{sorted(FWD_OPTION_WORDS) + sorted(LAUNCH_WORDS)}")
         key, value = FWD_OPTION_WORDS[word]
         out[key] = value
     return base, out
+
+
+def launch_overrides(impl: str) -> dict:
+    """The launch-table overrides an implementation's words ask for (LAUNCH_WORDS), merged per kernel; {} when
+    none (``"hybrid-tc@srn+direct"`` -> the state kernel's PREC and the output kernel's DIRECT)."""
+    parse_impl(impl)  # refuses unknown names and words
+    out: dict = {}
+    for word in impl.partition("@")[2].split("+"):
+        for kernel, entry in LAUNCH_WORDS.get(word, {}).items():
+            out.setdefault(kernel, {}).update(entry)
+    return out
 
 
 def resolved_fwd_options(impl: str) -> dict:
@@ -350,8 +369,14 @@ def main(argv=None) -> dict:
                 rows.append({**base, "status": "skipped",
                              "reason": f"native above {args.native_max_head_tokens} head-tokens (memory)"})
                 continue
+            launch = launch_overrides(impl)
             try:
-                row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
+                from kernels.gdn.launch_tables import overridden
+
+                with overridden(launch):
+                    row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
+                if launch:
+                    row["launch_overrides"] = launch
             except Exception as exc:  # recorded, the next implementation still runs
                 row, grads = {**base, "status": "error", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}, None
             if impl == "ours":

@@ -27,6 +27,33 @@ def table_for(kernel: str) -> dict:
     return table
 
 
+def parse_overrides(items: list[str]) -> dict[str, dict]:
+    """``["kernel:KEY=VAL,KEY=VAL", ...]`` -> {kernel: {KEY: VAL}} (integers parsed, "None" read as None, anything
+    else kept as a string, e.g. PREC=tf32rn)."""
+    out: dict[str, dict] = {}
+    for item in items:
+        name, _, rest = item.partition(":")
+        if not name or not rest:
+            raise ValueError(f"override {item!r}: expected kernel:KEY=VAL[,KEY=VAL]")
+        for kv in rest.split(","):
+            key, eq, val = kv.partition("=")
+            if not key or not eq:
+                raise ValueError(f"override {item!r}: expected kernel:KEY=VAL[,KEY=VAL]")
+            out.setdefault(name, {})[key] = (int(val) if val.lstrip("-").isdigit() else None if val == "None"
+                                             else val)
+    return out
+
+
+def check_overrides(overrides: dict[str, dict]) -> None:
+    """Refuse an override of a kernel in neither table or of a key its entry does not have (a misspelt override
+    would otherwise change nothing and look like a measurement of the change)."""
+    for kernel, override in overrides.items():
+        entry = table_for(kernel)[kernel]
+        unknown = sorted(set(override) - set(entry))
+        if unknown:
+            raise KeyError(f"{kernel}: {unknown} are not keys of its launch entry {sorted(entry)}")
+
+
 @contextmanager
 def overridden(overrides: dict[str, dict]) -> Iterator[dict[str, dict]]:
     """Inside the block, each kernel's entry with its override merged in (yielded as {kernel: entry}); every

@@ -28,7 +28,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .fwd_options import OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT, WY_INVERSES, resolve_output_precision
+from .fwd_options import (
+    DOT_PRECISIONS,
+    OUTPUT_PRECISION_DEFAULT,
+    WY_INVERSE_DEFAULT,
+    WY_INVERSES,
+    resolve_output_precision,
+)
 
 GAMMA_FLOOR = -80.0
 
@@ -45,15 +51,18 @@ FWD_LAUNCH = {
     # wy_inverse="split" (the default), timed on the H200 (d_v 128, T 4k, 2^20 head-tokens; results/gdn/launch_sweep):
     # A 0.65 ms at 4 warps (0.96 at 8; 64 B of spills at 4), the inverse 1.13 ms at 2 warps (6.62 at 8, 2.36 at 4;
     # 136 registers, no spills), the products 1.87 ms at 4 warps (2.37 at 8)
-    "wy_a_kernel": dict(num_warps=4, num_stages=1),
+    # PREC (here and in state_fwd_kernel): the kernel's own tl.dot precision, for experiments (None: the forward's
+    # dot_precision). The error replay keeps A, W/U or the state scan at "tf32rn" within the pin on all 14 ladder
+    # arms by its bound (docs/native.md); none has run on a GPU, so none is set.
+    "wy_a_kernel": dict(num_warps=4, num_stages=1, PREC=None),
     "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
-    "wy_apply_kernel": dict(num_warps=4, num_stages=1),
+    "wy_apply_kernel": dict(num_warps=4, num_stages=1, PREC=None),
     # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN). On the H200 (2^20 head-tokens,
     # results/gdn/launch_sweep/state_kend_2b3da82) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
     # 4.45 at d_v 64 T 32k. BV stays 32: 64 wins at T 4k (2.64) but loses at T 32k (5.96), where a sequential scan
     # needs the programs. Not bitwise the default's on the GPU (o one bf16 step apart in places; bitwise on the
     # interpreter): adopted on the ladders run with it (docs/native.md).
-    "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1),
+    "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1, PREC=None),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
@@ -63,6 +72,14 @@ FWD_LAUNCH = {
     # not yet timed on the H200, so 0 (the conversion rounds to nearest either way on the GPU)
     "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=0, num_warps=4, num_stages=1),
 }
+
+
+def _prec(name: str, dot_precision: str) -> str:
+    """The tl.dot precision ``name`` runs at: its launch entry's PREC when set, else the forward's."""
+    prec = FWD_LAUNCH[name].get("PREC") or dot_precision
+    if prec not in (*DOT_PRECISIONS, "tf32rn"):
+        raise ValueError(f"FWD_LAUNCH[{name!r}]['PREC'] must be one of {(*DOT_PRECISIONS, 'tf32rn')}, got {prec!r}")
+    return prec
 
 
 def _launch(name: str) -> dict:
@@ -83,6 +100,28 @@ def _unit_lower_inverse(A, BT: tl.constexpr):
         t_i = tl.where(cols == i, 1.0, 0.0) - tl.sum(a_i[:, None] * Tm, 0)
         Tm = tl.where(rows[:, None] == i, t_i[None, :], Tm)
     return Tm
+
+
+@triton.jit
+def _tf32_nearest(x):
+    """``x`` rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does. A
+    single-pass TF32 product reads float32 operands by dropping the 13 low bits, a biased truncation: on the
+    ladder's inputs rounding first cuts the error it adds to o about threefold (experiments/gdn/fwd_error_sources
+    .py). Infinities and NaNs (exponent all ones) pass unchanged: adding to a NaN's payload could carry into the
+    sign bit."""
+    bits = x.to(tl.int32, bitcast=True)
+    rounded = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
+    return tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded)
+
+
+@triton.jit
+def _dot(a, b, PREC: tl.constexpr):
+    # "tf32rn": single-pass TF32 on operands rounded to nearest first; any other PREC is tl.dot's own (the same
+    # code as a plain tl.dot call)
+    if PREC == "tf32rn":
+        return tl.dot(_tf32_nearest(a), _tf32_nearest(b), input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
@@ -131,7 +170,7 @@ def wy_a_kernel(k_ptr, e_ptr, gam_ptr, T_ptr, K: tl.constexpr, C: tl.constexpr, 
     gam = tl.load(gam_ptr + offk)
     Xe = tl.load(e_ptr + offk) * tl.exp(gam)
     Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
-    A = tl.dot(Xe, tl.trans(Kg), input_precision=PREC)
+    A = _dot(Xe, tl.trans(Kg), PREC)
     tl.store(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :],
              tl.where(rows[:, None] > rows[None, :], A, 0.0))
 
@@ -168,8 +207,8 @@ def wy_apply_kernel(e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
     offv = (bh * NT * C + n * C) * V + rows[:, None] * V + cv[None, :]
     Tm = tl.load(T_ptr + (bh * NT + n) * C * C + rows[:, None] * C + rows[None, :])
     Xe = tl.load(e_ptr + offk) * tl.exp(tl.load(gam_ptr + offk))
-    tl.store(W_ptr + offk, tl.dot(Tm, Xe, input_precision=PREC))
-    tl.store(U_ptr + offv, tl.dot(Tm, tl.load(u_ptr + offv), input_precision=PREC))
+    tl.store(W_ptr + offk, _dot(Tm, Xe, PREC))
+    tl.store(U_ptr + offv, _dot(Tm, tl.load(u_ptr + offv), PREC))
 
 
 @triton.jit
@@ -300,7 +339,7 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
         offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
         d = tl.load(U_ptr + offv)
         if HAS_ERASE:
-            d = d - tl.dot(tl.load(W_ptr + offk), S, input_precision=PREC)
+            d = d - _dot(tl.load(W_ptr + offk), S, PREC)
         tl.store(D_ptr + offv, d)
         if KEND_IN:
             gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
@@ -310,29 +349,8 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
             gam = tl.load(gam_ptr + offk)
             gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
             Kend = k * tl.exp(gamC[None, :] - gam)
-        S = tl.exp(gamC)[:, None] * S + tl.dot(tl.trans(Kend), d, input_precision=PREC)
+        S = tl.exp(gamC)[:, None] * S + _dot(tl.trans(Kend), d, PREC)
     tl.store(SF_ptr + offS, S)
-
-
-@triton.jit
-def _tf32_nearest(x):
-    """``x`` rounded to TF32 (10 mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does. A
-    single-pass TF32 product reads float32 operands by dropping the 13 low bits, a biased truncation: on the
-    ladder's inputs rounding first cuts the error it adds to o about threefold (experiments/gdn/fwd_error_sources
-    .py). Infinities and NaNs (exponent all ones) pass unchanged: adding to a NaN's payload could carry into the
-    sign bit."""
-    bits = x.to(tl.int32, bitcast=True)
-    rounded = ((bits + 0x1000) & -8192).to(tl.float32, bitcast=True)
-    return tl.where((bits & 0x7F800000) == 0x7F800000, x, rounded)
-
-
-@triton.jit
-def _out_dot(a, b, PREC: tl.constexpr):
-    # "tf32rn": single-pass TF32 on operands rounded to nearest first; any other PREC is tl.dot's own
-    if PREC == "tf32rn":
-        return tl.dot(_tf32_nearest(a), _tf32_nearest(b), input_precision="tf32")
-    else:
-        return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
@@ -355,14 +373,14 @@ def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale, T, H,
     gam = tl.load(gam_ptr + offk)
     Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
     Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
-    P = _out_dot(Qg, tl.trans(Kg), PREC)
+    P = _dot(Qg, tl.trans(Kg), PREC)
     P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
     for j in tl.static_range(NVL):
         cv = (iv * NVL + j) * BV + tl.arange(0, BV)
         offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
         S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
         d = tl.load(D_ptr + offv)
-        o = _out_dot(Qg, S, PREC) + _out_dot(P, d, PREC)
+        o = _dot(Qg, S, PREC) + _dot(P, d, PREC)
         if DIRECT:
             t = n * C + rows
             b = bh // H
@@ -503,6 +521,8 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     its blocks meet tl.dot's 16-row minimum on a GPU). Timings: kernels/gdn/fwd_options.py. ``output_precision``:
     the output kernel's tl.dot precision (None: ``dot_precision``; "auto", the default: "tf32rn" for bf16/fp16
     inputs under the default ``dot_precision``); its products feed only o. ``ctx["prec_output"]`` says which ran."""
+    if dot_precision not in DOT_PRECISIONS:
+        raise ValueError(f"dot_precision must be one of {DOT_PRECISIONS}, got {dot_precision!r}")
     out_prec = resolve_output_precision(output_precision, dot_precision,
                                         q.dtype in (torch.bfloat16, torch.float16))
     B, T, H, K = q.shape
@@ -530,10 +550,11 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         if wy_inverse not in WY_INVERSES:
             raise ValueError(f"wy_inverse must be one of {WY_INVERSES}, got {wy_inverse!r}")
         if wy_inverse == "split":
-            wy_a_kernel[(B * H, NT)](ki, ei, gam, Tm, K=K, C=C, PREC=dot_precision, **_launch("wy_a_kernel"))
+            wy_a_kernel[(B * H, NT)](ki, ei, gam, Tm, K=K, C=C, PREC=_prec("wy_a_kernel", dot_precision),
+                                     **_launch("wy_a_kernel"))
             wy_inverse_kernel[(B * H * NT,)](Tm, C=C, **_launch("wy_inverse_kernel"))
-            wy_apply_kernel[(B * H, NT)](ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C, PREC=dot_precision,
-                                         **_launch("wy_apply_kernel"))
+            wy_apply_kernel[(B * H, NT)](ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C,
+                                         PREC=_prec("wy_apply_kernel", dot_precision), **_launch("wy_apply_kernel"))
         else:
             name = "wy_fwd_kernel" if wy_inverse == "rows" else "wy_fwd_blocked_kernel"
             kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
@@ -549,7 +570,8 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
     state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, x["kend"] if kend else ki, NT=NT, K=K, V=V,
                                         C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
-                                        PREC=dot_precision, KEND_IN=kend, **_launch("state_fwd_kernel"))
+                                        PREC=_prec("state_fwd_kernel", dot_precision), KEND_IN=kend,
+                                        **_launch("state_fwd_kernel"))
     del x  # Kend (when written) is not kept: only the state kernel reads it
     direct = bool(FWD_LAUNCH["output_fwd_kernel"].get("DIRECT", 0))
     o = torch.empty(B, T, H, V, device=dev, dtype=q.dtype) if direct else torch.empty_like(ui)

@@ -100,3 +100,19 @@ def test_forward_option_words_cover_every_wy_inverse(prof):
     from kernels.gdn.triton_fwd import WY_INVERSES
 
     assert {v for k, v in prof.FWD_OPTION_WORDS.values() if k == "wy_inverse"} == set(WY_INVERSES)
+
+
+def test_launch_words_become_launch_table_overrides(prof):
+    from kernels.gdn.launch_tables import check_overrides
+
+    assert prof.launch_overrides("hybrid-tc") == {}
+    assert prof.parse_impl("hybrid-tc@srn+otf32x3") == ("hybrid-tc", {"output_precision": "tf32x3"})
+    assert prof.launch_overrides("hybrid-tc@srn+direct+otf32x3") == {"state_fwd_kernel": {"PREC": "tf32rn"},
+                                                                   "output_fwd_kernel": {"DIRECT": 1}}
+    assert prof.launch_overrides("hybrid-tc@srn+kend0") == {"state_fwd_kernel": {"PREC": "tf32rn", "KEND": 0}}
+    for word in prof.LAUNCH_WORDS:  # every word names real kernels and keys
+        check_overrides(prof.launch_overrides(f"hybrid-tc@{word}"))
+    with pytest.raises(ValueError):
+        prof.launch_overrides("fla@srn")  # fla has no Triton forward of ours
+    with pytest.raises(ValueError, match="unknown forward option"):
+        prof.launch_overrides("hybrid-tc@srnx")

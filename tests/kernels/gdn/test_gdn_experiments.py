@@ -4,6 +4,8 @@ import importlib.util
 import json
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -95,3 +97,35 @@ def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch)
     assert summary["dot_precision"]["fwd_output"] == "tf32rn" and summary["fwd_launch"]["state_fwd_kernel"]["KEND"] == 1
     assert summary["bitwise_repeat_all_identical"] is True and summary["e2e_arms"] == 2 * 2 * 2
     assert set(seen) == {("gdn", "native", 3), ("la", "native", 3)}
+
+
+def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monkeypatch):
+    # --launch changes a launch-table entry for the whole run (the rung sees it), the summary records it, the table
+    # is restored after; a misspelt kernel or key is refused before anything runs
+    import torch
+
+    mod = _load("ladder")
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe import provenance
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(provenance, "gpu_info", lambda: {"gpu": "faked for the test"})
+    before = dict(FWD_LAUNCH["state_fwd_kernel"])
+    seen = []
+
+    def fake_e2e(device, member, K, V, C, T, dtype, seed, backend="triton", repeats=1, fwd_options=None):
+        seen.append(FWD_LAUNCH["state_fwd_kernel"]["PREC"])
+        return {"rung": "e2e", "member": member, "backend": backend, "V": V, "T": T, "dtype": str(dtype),
+                "errors": {"o": 1e-3}, "worst_rel_err": 1e-3, "worst_tensor": "o", "pass": True,
+                "bitwise_repeat": {"runs": repeats, "identical": True}}
+
+    monkeypatch.setattr(mod, "rung_e2e", fake_e2e)
+    summary = mod.main(["--backend", "hybrid-tc", "--out", str(tmp_path), "--members", "gdn", "--lengths", "256",
+                        "--launch", "state_fwd_kernel:PREC=tf32rn"])
+    assert seen and set(seen) == {"tf32rn"}
+    assert summary["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32rn"}}
+    assert summary["fwd_launch"]["state_fwd_kernel"]["PREC"] == "tf32rn"
+    assert FWD_LAUNCH["state_fwd_kernel"] == before
+    for bad in ("state_fwd_kernel:PRECISION=tf32rn", "no_such_kernel:BV=8", "state_fwd_kernel"):
+        with pytest.raises(SystemExit, match="--launch"):
+            mod.main(["--backend", "hybrid-tc", "--out", str(tmp_path), "--launch", bad])

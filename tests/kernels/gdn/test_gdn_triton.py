@@ -300,6 +300,68 @@ def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
         triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, output_precision="bf16")
 
 
+@pytest.mark.parametrize("kernel", ["wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"])
+def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
+    # PREC in a launch entry (an experiment switch: None by default) sets that kernel's tl.dot precision and no
+    # other's; a value tl.dot does not know is refused before anything launches
+    from kernels.gdn import triton_fwd
+
+    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=64, K=16, V=16))
+    seen = {}
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: seen.__setitem__(self.name, kwargs.get("PREC"))
+
+    names = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel",
+             "output_fwd_kernel")
+    with monkeypatch.context() as m, triton_fwd.decay_floor_check_off():
+        for n in names:
+            m.setattr(triton_fwd, n, Recorder(n))
+        m.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": "tf32rn"})
+        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16)
+        assert seen.pop(kernel) == "tf32rn"
+        assert set(seen.values()) - {None} == {"tf32x3"}
+        m.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": "bf16"})
+        with pytest.raises(ValueError, match="PREC"):
+            triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16)
+    with pytest.raises(ValueError, match="dot_precision"):
+        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, dot_precision="tf32rn")
+
+
+def test_state_kernel_tf32rn_rounds_its_operands():
+    # the state kernel through the shared _dot: with PREC "tf32rn" on the interpreter (float32 dots) the states
+    # must be the recurrence on TF32-rounded operands, exactly, for dyadic inputs (no erase: delta = u, no decay:
+    # Kend = k), and differ from the default's by a TF32-sized amount
+    from kernels.gdn import triton_fwd
+
+    gen = torch.Generator().manual_seed(7)
+    B, T, H, K, V, C = 1, 48, 1, 16, 16, 16
+    k = (torch.randint(1, 3, (B, T, H, K), generator=gen) / 2) * (torch.randint(0, 2, (B, T, H, K), generator=gen) * 2 - 1)
+    # v with 14-bit fractions: more bits than TF32 keeps, few enough that every float32 sum stays exact
+    v = torch.randint(-2 ** 14 + 1, 2 ** 14, (B, T, H, V), generator=gen) / 2 ** 14
+    q, g, w = k.clone(), torch.zeros(B, T, H, K), torch.ones(B, T, H, V)
+    _, S0, c0 = triton_fwd.triton_chunk_fwd(q, k, v, g, None, w, chunk=C)
+    with pytest.MonkeyPatch.context() as m:
+        m.setitem(triton_fwd.FWD_LAUNCH, "state_fwd_kernel", {**triton_fwd.FWD_LAUNCH["state_fwd_kernel"],
+                                                              "PREC": "tf32rn"})
+        _, S1, c1 = triton_fwd.triton_chunk_fwd(q, k, v, g, None, w, chunk=C)
+    R = _tf32_nearest_reference
+    NT = T // C
+    ki = c0["ki"].reshape(B, H, NT, C, K)
+    d = c0["Di"].reshape(B, H, NT, C, V)
+    S = torch.zeros(B, H, K, V)
+    for n in range(NT):
+        assert torch.equal(c1["Hs"][:, :, n], S), n
+        S = S + R(ki[:, :, n]).transpose(-1, -2) @ R(d[:, :, n])
+    assert torch.equal(S1, S)
+    assert not torch.equal(S1, S0) and rel_err(S1, S0) < 2e-3
+
+
+
 @pytest.mark.parametrize("backend", ["triton", "hybrid-tc"])
 def test_chunk_family_takes_output_precision_through_autograd(backend):
     # the option travels through the autograd Function (one more argument, one more None gradient); the

@@ -25,3 +25,24 @@ def test_override_applies_and_restores_even_on_error():
         assert "no_such_kernel" not in entries
         raise RuntimeError("boom")
     assert FWD_LAUNCH["wy_fwd_kernel"] == before_f and BWD_LAUNCH["intra_bwd_kernel"] == before_b
+
+
+def test_parse_overrides_reads_ints_none_and_words_and_refuses_malformed_items():
+    from kernels.gdn.launch_tables import parse_overrides
+
+    got = parse_overrides(["state_fwd_kernel:PREC=tf32rn,BV=64", "output_fwd_kernel:DIRECT=1", "wy_a_kernel:PREC=None"])
+    assert got == {"state_fwd_kernel": {"PREC": "tf32rn", "BV": 64}, "output_fwd_kernel": {"DIRECT": 1},
+                   "wy_a_kernel": {"PREC": None}}
+    for bad in ("state_fwd_kernel", "state_fwd_kernel:BV", ":BV=1", "state_fwd_kernel:=1"):
+        with pytest.raises(ValueError):
+            parse_overrides([bad])
+
+
+def test_check_overrides_refuses_unknown_kernels_and_keys():
+    from kernels.gdn.launch_tables import check_overrides
+
+    check_overrides({"state_fwd_kernel": {"PREC": "tf32rn", "KEND": 0}, "intra_bwd_kernel": {"BV": 16}})
+    with pytest.raises(KeyError, match="no_such_kernel"):
+        check_overrides({"no_such_kernel": {"BV": 8}})
+    with pytest.raises(KeyError, match="PRECISION"):  # a misspelt key would silently change nothing
+        check_overrides({"state_fwd_kernel": {"PRECISION": "tf32rn"}})
