@@ -60,8 +60,8 @@ FWD_LAUNCH = {
     # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN). On the H200 (2^20 head-tokens,
     # results/gdn/launch_sweep/state_kend_2b3da82) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
     # 4.45 at d_v 64 T 32k. BV stays 32: 64 wins at T 4k (2.64) but loses at T 32k (5.96), where a sequential scan
-    # needs the programs. Not bitwise the default's on the GPU (o one bf16 step apart in places; bitwise on the
-    # interpreter): adopted on the ladders run with it (docs/native.md).
+    # needs the programs. Not bitwise the KEND 0 kernel's on the GPU (an FMA contraction there, see state_fwd_kernel;
+    # bitwise on the interpreter): adopted on the ladders run with it (docs/native.md).
     "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1, PREC=None),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
@@ -319,9 +319,10 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
                      KEND_IN: tl.constexpr):
     # KEND_IN: Kend = k * exp(gamma_C - gamma) comes precomputed (prep_fwd_kernel, WRITE_KEND) instead of being
     # rebuilt here: the chunk loop is sequential and every V-block's program repeats it, so this takes one [C, K]
-    # load and C*K exponentials per step off the chain. The same values bit for bit on the interpreter; on the H200
-    # the two kernels' exponentials can round apart (o then differs by one bf16 step in places), so the choice
-    # rests on the ladder, not on bit equality.
+    # load and C*K exponentials per step off the chain. The same values bit for bit on the interpreter, not on the
+    # GPU: computed here, k * exp(..) is contracted into the 3xTF32 split's low part (an FMA on the unrounded
+    # product), while a loaded Kend is the float32-rounded value (results/gdn/launch_sweep/state_kend_2b3da82/
+    # WHY_NOT_BITWISE.md); o then differs by one bf16 step in places, so the choice rested on the ladders.
     bh = tl.program_id(0)
     TP = NT * C
     iv = tl.program_id(1)

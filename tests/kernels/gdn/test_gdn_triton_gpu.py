@@ -61,8 +61,9 @@ def test_wy_variants_agree_on_gpu(V):
 @pytest.mark.parametrize("V", [64, 128])
 def test_precomputed_kend_agrees_within_float32_rounding(monkeypatch, V):
     # KEND moves Kend = k * exp(gamma_C - gamma) from the state kernel into the prep kernel: bitwise on the
-    # interpreter, but on the H200 the two kernels' exponentials may round apart (seen: o one bf16 step apart in
-    # places, with erase), so agreement to float32 rounding of the states and one bf16 step of o, both ways
+    # interpreter, but on the GPU the in-kernel Kend is contracted into the 3xTF32 split (an FMA on the unrounded
+    # product) while the loaded one is rounded (seen on the H200: o one bf16 step apart in places, with erase), so
+    # agreement to float32 rounding of the states and one bf16 step of o, both ways
     from kernels.gdn import triton_fwd
 
     for erase in (True, False):
