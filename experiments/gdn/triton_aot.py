@@ -71,9 +71,10 @@ def launch_config(rec) -> dict:
 
 
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
-        kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT) -> dict:
+        kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT,
+        ptx_dir: Path | None = None) -> dict:
     from kernels.gdn.launch_tables import find_table, overridden
-    from lethe.aot import compile_launch
+    from lethe.aot import compile_launch, compiled_ptx
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for
 
@@ -108,6 +109,10 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                 continue
             t0 = time.time()
             rep = compile_launch(rec.jit, target, rec.args, kwargs)
+            if ptx_dir is not None and rep.error is None:  # the same compilation again, from Triton's cache
+                ptx_dir.mkdir(parents=True, exist_ok=True)
+                (ptx_dir / f"{name}_V{V}_{variant}_{dt}_{target}.ptx").write_text(
+                    compiled_ptx(rec.jit, target, rec.args, kwargs))
             cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "KEND_IN",
                                           "WRITE_KEND") if k in kwargs}
             row = {"kernel": name, "K": K, "V": V, "chunk": C, "target": target, "variant": variant,
@@ -163,13 +168,14 @@ def main(argv=None):
     ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
                     help="the forward's triangular-inverse kernels")
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")
+    ap.add_argument("--ptx-dir", default="", help="also write each compiled kernel's PTX into this folder")
     args = ap.parse_args(argv)
     from kernels.gdn.launch_tables import parse_overrides
 
     doc = run(dvs=[int(x) for x in args.dvs.split(",")], dtypes=args.dtypes.split(","), K=args.dk, C=args.chunk,
               target=args.target, overrides=parse_overrides(args.override),
               kernels=set(filter(None, args.kernels.split(","))), variants=tuple(args.variants.split(",")),
-              wy_inverse=args.wy_inverse)
+              wy_inverse=args.wy_inverse, ptx_dir=Path(args.ptx_dir) if args.ptx_dir else None)
     print(markdown_table(doc))
     print("all fit:", doc["all_fit"])
     if args.json:

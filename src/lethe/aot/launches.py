@@ -173,21 +173,34 @@ def specialize(jit_fn: Any, target: str | int, args: tuple, kwargs: dict[str, An
     return Specialization(signature, constexprs, attrs, dict(options.__dict__))
 
 
+def _compile(jit: Any, arch: int, args: tuple, kwargs: dict[str, Any]) -> Any:
+    """Triton's ``CompiledKernel`` for one launch on ``arch``, the compiler's own output swallowed."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    spec = specialize(jit, arch, args, kwargs)
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        return triton.compile(triton.compiler.ASTSource(jit, spec.signature, spec.constexprs, spec.attrs),
+                              target=GPUTarget("cuda", arch, 32), options=spec.options)
+
+
+def compiled_ptx(jit_fn: Any, target: str | int, args: tuple, kwargs: dict[str, Any]) -> str:
+    """The PTX of one recorded launch compiled for ``target`` (what :func:`compile_launch` measures), for reading
+    the generated code itself: which instructions a change adds or removes."""
+    return _compile(unwrap_jit(jit_fn), target_arch(target), args, kwargs).asm["ptx"]
+
+
 def compile_launch(jit_fn: Any, target: str | int, args: tuple, kwargs: dict[str, Any]) -> ResourceReport:
     """Compile one recorded launch for ``target`` exactly as the JIT would specialise it, and report resources."""
     import triton
-    from triton.backends.compiler import GPUTarget
 
     jit = unwrap_jit(jit_fn)
     arch = target_arch(target)
     options = {k: kwargs[k] for k in LAUNCH_OPTION_KEYS if kwargs.get(k) is not None}
     config = {**options, **{k: v for k, v in kwargs.items() if k in jit.arg_names and _is_constexpr(jit, k)}}
-    sink = io.StringIO()
     try:
-        spec = specialize(jit, arch, args, kwargs)
-        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            kernel = triton.compile(triton.compiler.ASTSource(jit, spec.signature, spec.constexprs, spec.attrs),
-                                    target=GPUTarget("cuda", arch, 32), options=spec.options)
+        kernel = _compile(jit, arch, args, kwargs)
     except Exception as exc:  # noqa: BLE001 - a kernel that does not compile is a RES-02 finding, not a crash
         rep = ResourceReport(
             target=target_name(arch), kernel=jit.fn.__name__, registers=None, shared_bytes=None, tmem_columns=None,
