@@ -323,10 +323,18 @@ def versus_fla_call(calls: list[tuple[str, dict, dict]]):
     return found[0] if found else (None, {})
 
 
-def widest_versus_fla_call(calls: list[tuple[str, dict, dict]]):
-    """The call of :func:`versus_fla_calls` with the most cells (the newest of equals): the figure's."""
+FIGURE_MIN_CELLS = 4
+
+
+def figure_versus_fla_call(calls: list[tuple[str, dict, dict]]):
+    """The figure's call: the newest of :func:`versus_fla_calls` with at least FIGURE_MIN_CELLS cells (the newest
+    code with a spread of shapes; the widest call can be several forward changes old), else the one with the most
+    cells (the newest of equals)."""
     found = versus_fla_calls(calls)
-    return max(found, key=lambda nc: len(nc[1])) if found else (None, {})
+    if not found:
+        return None, {}
+    wide = [nc for nc in found if len(nc[1]) >= FIGURE_MIN_CELLS]
+    return wide[0] if wide else max(found, key=lambda nc: len(nc[1]))
 
 
 def versus_fla_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
@@ -377,7 +385,7 @@ def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", ste
     backward floor as a tick where measured. Returns the (png, pdf) paths."""
     from lethe.render.style import OKABE_ITO, new_figure, save_figure, style
 
-    name, cells = widest_versus_fla_call(calls)
+    name, cells = figure_versus_fla_call(calls)
     keys = list(cells)
     colors = {"ours": OKABE_ITO["sky_blue"], "hybrid-tc": OKABE_ITO["vermillion"], "fla": OKABE_ITO["bluish_green"]}
     with style():
@@ -387,8 +395,12 @@ def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", ste
             for j, impl in enumerate(VS_IMPLS):
                 xs = [i + (j - 1) * width for i, k in enumerate(keys) if key in cells[k].get(impl, {})]
                 ys = [cells[k][impl][key] for k in keys if key in cells[k].get(impl, {})]
-                ax.bar(xs, ys, width, color=colors[impl], label=impl if ax is top else None)
+                if ys:  # an implementation the call did not time gets no bar and no legend entry
+                    ax.bar(xs, ys, width, color=colors[impl], label=impl if ax is top else None)
             ax.set_ylabel(label)
+            # head room for the legend above the tallest bar
+            tallest = max((r[key] for k in keys for r in cells[k].values() if key in r), default=0)
+            ax.set_ylim(0, 1.3 * tallest if tallest else None)
         floors = [(i, cells[k]["hybrid-tc"]["bwd_floor_ms"]) for i, k in enumerate(keys)
                   if cells[k]["hybrid-tc"].get("bwd_floor_ms")]
         if floors:
@@ -397,5 +409,8 @@ def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", ste
         bot.set_xticks(range(len(keys)))
         bot.set_xticklabels([f"{m}\nd_v={V}\nT={T // 1024}k\nB*H={BH}" for m, V, T, BH in keys], fontsize=8)
         top.legend(loc="upper right", fontsize=8, ncols=2)
-        fig.suptitle(f"GDN backward on the H200: ours, hybrid-tc and fla ({name or 'no call'})", fontsize=10.5)
+        present = [i for i in VS_IMPLS if any(i in cells[k] for k in keys)]
+        sha = next((str(pr.get("git_sha", "?"))[:7] for n, _, pr in calls if n == name), "?")
+        fig.suptitle(f"GDN backward and forward + backward on the H200: {', '.join(present)}\n"
+                     f"({name or 'no call'}, commit {sha}; bf16, d_k 128, 2^20 head-tokens)", fontsize=10)
         return save_figure(fig, stem, outdir)

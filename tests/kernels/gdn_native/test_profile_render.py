@@ -43,7 +43,12 @@ def test_committed_profile_table_renders_as_committed():
 
 
 def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
-    from kernels.gdn.native.render import versus_fla_calls, versus_fla_table, widest_versus_fla_call
+    from kernels.gdn.native.render import (
+        FIGURE_MIN_CELLS,
+        figure_versus_fla_call,
+        versus_fla_calls,
+        versus_fla_table,
+    )
 
     if not PROF.exists():
         pytest.skip("no profile results committed")
@@ -68,8 +73,11 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
     assert len(lines) == len(expected_lines)
     for ln, (name, ratio) in zip(lines, expected_lines, strict=True):
         assert ln.startswith(f"| {name} |") and f"{ratio:.2f}x" in ln
-    wide = widest_versus_fla_call(calls)
-    assert len(wide[1]) == max(len(c) for _, c in found)
+    # the figure's call: the newest with enough cells (found is newest first), else the widest
+    fig_name, fig_cells = figure_versus_fla_call(calls)
+    enough = [n for n, c in found if len(c) >= FIGURE_MIN_CELLS]
+    assert fig_name == (enough[0] if enough else max(found, key=lambda nc: len(nc[1]))[0])
+    assert fig_cells == dict(found)[fig_name]
     table = ROOT / "paper" / "tables" / "native_vs_fla.md"
     if table.exists():
         assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
