@@ -258,6 +258,9 @@ def _write(out: Path, name: str, payload: dict, **prov) -> None:
     provenance.write(out / name.replace(".json", ".provenance.json"), **prov)
 
 
+NATIVE_FORWARD = "not used: the native backend runs the torch chunked forward in float32"
+
+
 def fwd_launch_table() -> dict:
     from kernels.gdn.triton_fwd import FWD_LAUNCH
 
@@ -308,6 +311,11 @@ def _run(args, launch: dict):
     """The ladder with the parsed arguments, inside ``launch``'s overrides of the launch tables."""
     fwd_options = {"dot_precision": args.dot_precision, "wy_inverse": args.wy_inverse,
                    "output_precision": args.output_precision}
+    if args.backend == "native" and (launch or args.dot_precision != DOT_PRECISION_DEFAULT
+                                     or args.output_precision != OUTPUT_PRECISION_DEFAULT
+                                     or args.wy_inverse != WY_INVERSE_DEFAULT):
+        raise SystemExit(f"--backend native: {NATIVE_FORWARD}, so the Triton forward's options and --launch would "
+                         "change nothing")
     if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision != "auto"):
         raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision and --output-precision "
                          "are GPU-only")
@@ -360,12 +368,13 @@ def _run(args, launch: dict):
             "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
             "backend": args.backend,
             "complete": complete,
-            "dot_precision": {"fwd": args.dot_precision, "fwd_output": output_precision_ran,
-                              "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}
-            if not args.cpu_smoke else "interpreter (numpy float32)",
-            "wy_inverse": args.wy_inverse,
+            "dot_precision": (NATIVE_FORWARD if args.backend == "native"
+                              else "interpreter (numpy float32)" if args.cpu_smoke
+                              else {"fwd": args.dot_precision, "fwd_output": output_precision_ran,
+                                    "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}),
+            "wy_inverse": None if args.backend == "native" else args.wy_inverse,
             # the Triton forward's launch table as it ran (KEND, for one, changes roundings on the GPU)
-            "fwd_launch": fwd_launch_table(),
+            "fwd_launch": None if args.backend == "native" else fwd_launch_table(),
             "launch_overrides": launch,
             "error_rows": sum(1 for r in rows if not ok(r)),
             "tile_all_pass": (all(r["pass"] for r in rows if r["rung"] == "tile")

@@ -94,7 +94,10 @@ def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch)
     data = json.loads((tmp_path / "ladder_native.json").read_text())
     assert {r["rung"] for r in data["rows"]} == {"e2e", "fla"}
     assert summary["backend"] == "native" and summary["tile_all_pass"] is None
-    assert summary["dot_precision"]["fwd_output"] == "tf32rn" and summary["fwd_launch"]["state_fwd_kernel"]["KEND"] == 1
+    # the native backend's forward is the torch chunked path: the summary does not claim Triton forward options
+    assert summary["dot_precision"] == mod.NATIVE_FORWARD and summary["fwd_launch"] is None
+    with pytest.raises(SystemExit, match="native"):
+        mod.main(["--backend", "native", "--out", str(tmp_path), "--launch", "state_fwd_kernel:KEND=0"])
     assert summary["bitwise_repeat_all_identical"] is True and summary["e2e_arms"] == 2 * 2 * 2
     assert set(seen) == {("gdn", "native", 3), ("la", "native", 3)}
 
@@ -122,6 +125,7 @@ def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monk
     monkeypatch.setattr(mod, "rung_e2e", fake_e2e)
     summary = mod.main(["--backend", "hybrid-tc", "--out", str(tmp_path), "--members", "gdn", "--lengths", "256",
                         "--launch", "state_fwd_kernel:PREC=tf32rn"])
+    assert summary["dot_precision"]["fwd_output"] == "tf32rn"  # bf16 and fp16 under the defaults
     assert seen and set(seen) == {"tf32rn"}
     assert summary["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32rn"}}
     assert summary["fwd_launch"]["state_fwd_kernel"]["PREC"] == "tf32rn"
