@@ -191,6 +191,27 @@ def best_per_kernel(rows: list[dict]) -> dict:
     return out
 
 
+def check_candidates(args) -> None:
+    """Refuse unknown kernels and candidates with keys their launch entry does not have before any GPU time is
+    spent: a misspelt key would time the default configuration under the candidate's name."""
+    from kernels.gdn.launch_tables import check_overrides
+
+    kernels = [k for k in args.kernels.split(",") if k]
+    unknown = set(kernels) - set(CANDIDATES)
+    if unknown:
+        raise SystemExit(f"unknown kernels {sorted(unknown)}; expected from {sorted(CANDIDATES)}")
+    try:
+        given = json.loads(args.candidates) if args.candidates else None
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--candidates is not JSON: {exc}") from None
+    for kernel in kernels:
+        for cand in given if given is not None else CANDIDATES[kernel]:
+            try:
+                check_overrides({kernel: cand})
+            except KeyError as exc:
+                raise SystemExit(f"--candidates: {exc}") from None
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -215,6 +236,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--budget-s", type=float, default=400)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child mode: one configuration, JSON job
     args = ap.parse_args(argv)
+    if not args.one:
+        check_candidates(args)
     import torch
 
     if not torch.cuda.is_available():
@@ -229,10 +252,7 @@ def main(argv=None) -> dict:
                    "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
         print("ROW " + json.dumps(row), flush=True)
         return row
-    kernels = [k for k in args.kernels.split(",") if k]
-    unknown = set(kernels) - set(CANDIDATES)
-    if unknown:
-        raise SystemExit(f"unknown kernels {sorted(unknown)}; expected from {sorted(CANDIDATES)}")
+    kernels = [k for k in args.kernels.split(",") if k]  # checked with the candidates above
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     from lethe import provenance

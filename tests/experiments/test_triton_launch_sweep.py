@@ -1,6 +1,8 @@
 """The launch sweep's host logic (the sweep itself needs a GPU): candidates name table entries, best-of summary
 (the table overrides it uses: tests/kernels/gdn/test_launch_tables.py)."""
 
+import argparse
+
 import pytest
 from experiment_loader import load_experiment
 
@@ -31,3 +33,16 @@ def test_split_kernels_are_swept_under_the_split_inverse(sweep):
 
     for kernel in sweep.SPLIT_KERNELS:
         assert kernel in FWD_LAUNCH and kernel in sweep.CANDIDATES and kernel in sweep.FORWARD_KERNELS
+
+
+def test_candidates_are_checked_against_the_launch_entries_before_any_gpu_time(sweep):
+    # built-in candidates are all real keys; a misspelt one, an unknown kernel or bad JSON stops the run on the CPU
+    sweep.check_candidates(argparse.Namespace(
+        kernels=",".join(sweep.CANDIDATES), candidates=None))
+    for argv, match in ((["--kernels", "state_fwd_kernel", "--candidates", '[{"PRECISION": "tf32rn"}]'], "PRECISION"),
+                        (["--kernels", "no_such_kernel"], "unknown kernels"),
+                        (["--kernels", "state_fwd_kernel", "--candidates", "[{PREC: tf32rn}]"], "not JSON")):
+        with pytest.raises(SystemExit, match=match):
+            sweep.main(["--out", "unused", *argv])
+    sweep.check_candidates(argparse.Namespace(
+        kernels="state_fwd_kernel,output_fwd_kernel", candidates='[{"BV": 32}]'))
