@@ -316,7 +316,8 @@ def _run(args, launch: dict):
                                      or args.wy_inverse != WY_INVERSE_DEFAULT):
         raise SystemExit(f"--backend native: {NATIVE_FORWARD}, so the Triton forward's options and --launch would "
                          "change nothing")
-    if args.cpu_smoke and (args.dot_precision != "tf32x3" or args.output_precision != "auto"):
+    if args.cpu_smoke and (args.dot_precision != DOT_PRECISION_DEFAULT
+                           or args.output_precision != OUTPUT_PRECISION_DEFAULT):
         raise SystemExit("--cpu-smoke runs the interpreter's float32 dots: --dot-precision and --output-precision "
                          "are GPU-only")
     repeats = args.repeats or (1 if args.backend == "triton" else 3)

@@ -25,7 +25,10 @@ WY_INVERSE_DEFAULT = "split"
 # hybrid-tc ladder bf16 + fp16 28/28, every gradient bitwise the default's, o's worst bf16 error 3.30e-3 (unchanged;
 # largest increase 2.3e-3 -> 2.7e-3), fp16 o at most 8.1e-4; the output kernel 64 wgmma, no spills, instead of 192 +
 # 416 B spills; fwd+bwd 23.92 vs 25.78 ms at d_v 128, T 4k (results/native/profile, docs/native.md).
-OUTPUT_PRECISIONS = (None, "auto", *DOT_PRECISIONS, "tf32rn")
+# what one kernel's tl.dot may run at (its PREC): tl.dot's own precisions, or single-pass TF32 on operands rounded to
+# nearest first
+KERNEL_PRECISIONS = (*DOT_PRECISIONS, "tf32rn")
+OUTPUT_PRECISIONS = (None, "auto", *KERNEL_PRECISIONS)
 OUTPUT_PRECISION_DEFAULT = "auto"
 
 

@@ -30,6 +30,7 @@ import triton.language as tl
 
 from .fwd_options import (
     DOT_PRECISIONS,
+    KERNEL_PRECISIONS,
     OUTPUT_PRECISION_DEFAULT,
     WY_INVERSE_DEFAULT,
     WY_INVERSES,
@@ -77,8 +78,8 @@ FWD_LAUNCH = {
 def _prec(name: str, dot_precision: str) -> str:
     """The tl.dot precision ``name`` runs at: its launch entry's PREC when set, else the forward's."""
     prec = FWD_LAUNCH[name].get("PREC") or dot_precision
-    if prec not in (*DOT_PRECISIONS, "tf32rn"):
-        raise ValueError(f"FWD_LAUNCH[{name!r}]['PREC'] must be one of {(*DOT_PRECISIONS, 'tf32rn')}, got {prec!r}")
+    if prec not in KERNEL_PRECISIONS:
+        raise ValueError(f"FWD_LAUNCH[{name!r}]['PREC'] must be one of {KERNEL_PRECISIONS}, got {prec!r}")
     return prec
 
 

@@ -261,52 +261,15 @@ def test_output_kernel_writing_the_callers_layout_gives_the_same_o(monkeypatch, 
 
 
 
-def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
-    # the output kernel's products feed only o: output_precision changes its PREC and nothing else's (launches
-    # recorded by stand-ins, nothing executed); None follows dot_precision, and so does the default for float32
+FWD_KERNELS = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel",
+               "output_fwd_kernel")
+
+
+def _launched_precs(monkeypatch, inputs, launch=None, **opts) -> dict:
+    """{kernel: the PREC it was launched with} for one triton_chunk_fwd, the kernels replaced by stand-ins that
+    record their keyword arguments (nothing executes); ``launch`` overrides FWD_LAUNCH entries meanwhile."""
     from kernels.gdn import triton_fwd
 
-    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=64, K=16, V=16))
-    names = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel",
-             "output_fwd_kernel")
-
-    class Recorder:
-        def __init__(self, name, seen):
-            self.name, self.seen = name, seen
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: self.seen.__setitem__(self.name, kwargs.get("PREC"))
-
-    def precs(**opts):
-        seen = {}
-        with monkeypatch.context() as m, triton_fwd.decay_floor_check_off():
-            for n in names:
-                m.setattr(triton_fwd, n, Recorder(n, seen))
-            triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, **opts)
-        return seen
-
-    base = precs()
-    got = precs(output_precision="tf32")
-    assert set(base) == set(names)
-    assert got.pop("output_fwd_kernel") == "tf32" and base.pop("output_fwd_kernel") == "tf32x3"
-    assert got == base and set(base.values()) - {None} == {"tf32x3"}
-    assert precs(dot_precision="ieee")["output_fwd_kernel"] == "ieee"
-    # the default ("auto") rounds to TF32 for 16-bit inputs only, and only under the default dot_precision
-    q, k, v, g, b, w = (x.to(torch.bfloat16) for x in (q, k, v, g, b, w))
-    assert precs()["output_fwd_kernel"] == "tf32rn"
-    assert precs(dot_precision="ieee")["output_fwd_kernel"] == "ieee"
-    assert precs(output_precision=None)["output_fwd_kernel"] == "tf32x3"
-    with pytest.raises(ValueError, match="output_precision"):
-        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, output_precision="bf16")
-
-
-@pytest.mark.parametrize("kernel", ["wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"])
-def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
-    # PREC in a launch entry (an experiment switch: None by default) sets that kernel's tl.dot precision and no
-    # other's; a value tl.dot does not know is refused before anything launches
-    from kernels.gdn import triton_fwd
-
-    q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=64, K=16, V=16))
     seen = {}
 
     class Recorder:
@@ -316,20 +279,50 @@ def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: seen.__setitem__(self.name, kwargs.get("PREC"))
 
-    names = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel",
-             "output_fwd_kernel")
     with monkeypatch.context() as m, triton_fwd.decay_floor_check_off():
-        for n in names:
+        for n in FWD_KERNELS:
             m.setattr(triton_fwd, n, Recorder(n))
-        m.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": "tf32rn"})
-        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16)
-        assert seen.pop(kernel) == "tf32rn"
-        assert set(seen.values()) - {None} == {"tf32x3"}
-        m.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": "bf16"})
-        with pytest.raises(ValueError, match="PREC"):
-            triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16)
+        for kernel, entry in (launch or {}).items():
+            m.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], **entry})
+        triton_fwd.triton_chunk_fwd(*inputs, chunk=16, **opts)
+    return seen
+
+
+def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
+    # the output kernel's products feed only o: output_precision changes its PREC and nothing else's; None follows
+    # dot_precision, and so does the default for float32
+    from kernels.gdn import triton_fwd
+
+    x = tuple(t.float() for t in make_inputs(T=64, K=16, V=16)[:6])
+    base = _launched_precs(monkeypatch, x)
+    got = _launched_precs(monkeypatch, x, output_precision="tf32")
+    assert set(base) == set(FWD_KERNELS)
+    assert got.pop("output_fwd_kernel") == "tf32" and base.pop("output_fwd_kernel") == "tf32x3"
+    assert got == base and set(base.values()) - {None} == {"tf32x3"}
+    assert _launched_precs(monkeypatch, x, dot_precision="ieee")["output_fwd_kernel"] == "ieee"
+    # the default ("auto") rounds to TF32 for 16-bit inputs only, and only under the default dot_precision
+    x = tuple(t.to(torch.bfloat16) for t in x)
+    assert _launched_precs(monkeypatch, x)["output_fwd_kernel"] == "tf32rn"
+    assert _launched_precs(monkeypatch, x, dot_precision="ieee")["output_fwd_kernel"] == "ieee"
+    assert _launched_precs(monkeypatch, x, output_precision=None)["output_fwd_kernel"] == "tf32x3"
+    with pytest.raises(ValueError, match="output_precision"):
+        triton_fwd.triton_chunk_fwd(*x, chunk=16, output_precision="bf16")
+
+
+@pytest.mark.parametrize("kernel", ["wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"])
+def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
+    # PREC in a launch entry (an experiment switch: None by default) sets that kernel's tl.dot precision and no
+    # other's; a value tl.dot does not know is refused before anything launches
+    from kernels.gdn import triton_fwd
+
+    x = tuple(t.float() for t in make_inputs(T=64, K=16, V=16)[:6])
+    seen = _launched_precs(monkeypatch, x, launch={kernel: {"PREC": "tf32rn"}})
+    assert seen.pop(kernel) == "tf32rn"
+    assert set(seen.values()) - {None} == {"tf32x3"}
+    with pytest.raises(ValueError, match="PREC"):
+        _launched_precs(monkeypatch, x, launch={kernel: {"PREC": "bf16"}})
     with pytest.raises(ValueError, match="dot_precision"):
-        triton_fwd.triton_chunk_fwd(q, k, v, g, b, w, chunk=16, dot_precision="tf32rn")
+        triton_fwd.triton_chunk_fwd(*x, chunk=16, dot_precision="tf32rn")
 
 
 def test_state_kernel_tf32rn_rounds_its_operands():
