@@ -267,6 +267,26 @@ def fwd_launch_table() -> dict:
     return {name: dict(cfg) for name, cfg in FWD_LAUNCH.items()}
 
 
+# the forward kernels with a PREC of their own (FWD_LAUNCH), by the key the summary's dot_precision gives them
+PREC_KERNEL_KEYS = {"wy_a_kernel": "fwd_wy_a", "wy_apply_kernel": "fwd_wy_apply", "state_fwd_kernel": "fwd_state"}
+
+
+def kernel_precisions_ran(dot_precision: str, dtypes) -> dict:
+    """What each PREC kernel's products ran at under the launch table as it is now (overrides included): one word
+    per kernel when every dtype resolves alike, else {dtype: word}."""
+    import torch
+
+    from kernels.gdn.fwd_options import resolve_precision
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    out = {}
+    for kernel, key in PREC_KERNEL_KEYS.items():
+        ran = {str(dt).removeprefix("torch."): resolve_precision(
+            FWD_LAUNCH[kernel].get("PREC"), dot_precision, dt in (torch.bfloat16, torch.float16)) for dt in dtypes}
+        out[key] = next(iter(ran.values())) if len(set(ran.values())) == 1 else ran
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu-smoke", action="store_true", help="tiny float32 sizes on the Triton interpreter")
@@ -337,6 +357,7 @@ def _run(args, launch: dict):
     ran = {str(dt).removeprefix("torch."): resolve_output_precision(
         args.output_precision, args.dot_precision, dt in (torch.bfloat16, torch.float16)) for dt in dtypes}
     output_precision_ran = next(iter(ran.values())) if len(set(ran.values())) == 1 else ran
+    kernels_ran = kernel_precisions_ran(args.dot_precision, dtypes)
     if args.backend != "triton" and args.cpu_smoke:
         raise SystemExit(f"the {args.backend} backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
     from kernels.gdn.reference import MEMBERS
@@ -372,7 +393,7 @@ def _run(args, launch: dict):
             "dot_precision": (NATIVE_FORWARD if args.backend == "native"
                               else "interpreter (numpy float32)" if args.cpu_smoke
                               else {"fwd": args.dot_precision, "fwd_output": output_precision_ran,
-                                    "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}),
+                                    **kernels_ran, "bwd_scan": args.dot_precision, "bwd_intra": "tf32"}),
             "wy_inverse": None if args.backend == "native" else args.wy_inverse,
             # the Triton forward's launch table as it ran (KEND, for one, changes roundings on the GPU)
             "fwd_launch": None if args.backend == "native" else fwd_launch_table(),

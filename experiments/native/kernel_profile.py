@@ -107,9 +107,12 @@ FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "b
                     "otf32x3": ("output_precision", "tf32x3")}
 # words that change a launch-table entry of the Triton forward for that implementation's run (experiment switches of
 # kernels/gdn/triton_fwd.FWD_LAUNCH; the launch tables are restored after it)
+# ("a3x", "wu3x", "s3x", "direct0": the defaults before the ninth build, for A/B comparisons in one call)
 LAUNCH_WORDS = {"arn": {"wy_a_kernel": {"PREC": "tf32rn"}}, "wurn": {"wy_apply_kernel": {"PREC": "tf32rn"}},
                 "srn": {"state_fwd_kernel": {"PREC": "tf32rn"}}, "kend0": {"state_fwd_kernel": {"KEND": 0}},
-                "direct": {"output_fwd_kernel": {"DIRECT": 1}}}
+                "direct": {"output_fwd_kernel": {"DIRECT": 1}}, "direct0": {"output_fwd_kernel": {"DIRECT": 0}},
+                "a3x": {"wy_a_kernel": {"PREC": "tf32x3"}}, "wu3x": {"wy_apply_kernel": {"PREC": "tf32x3"}},
+                "s3x": {"state_fwd_kernel": {"PREC": "tf32x3"}}}
 
 
 def parse_impl(impl: str) -> tuple[str, dict]:
@@ -155,7 +158,9 @@ def resolved_fwd_options(impl: str) -> dict:
         OUTPUT_PRECISION_DEFAULT,
         WY_INVERSE_DEFAULT,
         resolve_output_precision,
+        resolve_precision,
     )
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
 
     base, opts = parse_impl(impl)
     if base not in ("ours", "hybrid", "hybrid-tc"):
@@ -163,6 +168,11 @@ def resolved_fwd_options(impl: str) -> dict:
     got = {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT,
            "output_precision": OUTPUT_PRECISION_DEFAULT, **opts}
     got["output_precision_bf16"] = resolve_output_precision(got["output_precision"], got["dot_precision"], True)
+    # the PREC kernels' products on bf16 inputs, the implementation's launch words applied
+    overrides = launch_overrides(impl)
+    got["kernel_precisions_bf16"] = {
+        kernel: resolve_precision(overrides.get(kernel, {}).get("PREC", cfg.get("PREC")), got["dot_precision"], True)
+        for kernel, cfg in FWD_LAUNCH.items() if "PREC" in cfg}
     return got
 
 

@@ -32,10 +32,27 @@ OUTPUT_PRECISIONS = (None, "auto", *KERNEL_PRECISIONS)
 OUTPUT_PRECISION_DEFAULT = "auto"
 
 
+# The same rule for the other forward kernels, through the PREC of their launch entries
+# (kernels/gdn/triton_fwd.FWD_LAUNCH): None follows dot_precision, "auto" is "tf32rn" for bf16/fp16 inputs under the
+# default dot_precision, any of KERNEL_PRECISIONS is taken as given (an experiment's override applies to every input
+# dtype). Which kernels are "auto", and the H200 ladders that decided it, are recorded in FWD_LAUNCH.
+LAUNCH_PRECISIONS = (None, "auto", *KERNEL_PRECISIONS)
+
+
+def resolve_precision(prec: str | None, dot_precision: str, sixteen_bit_inputs: bool) -> str:
+    """The tl.dot precision a kernel runs at for its setting ``prec`` (one of LAUNCH_PRECISIONS), the forward's
+    ``dot_precision`` and the inputs' dtype: "auto" -> "tf32rn" for 16-bit inputs under the default dot precision
+    and ``dot_precision`` otherwise (float32 inputs keep float32-grade products; a chosen dot_precision is honoured
+    everywhere); None -> ``dot_precision``; anything else as given."""
+    if prec not in LAUNCH_PRECISIONS:
+        raise ValueError(f"a kernel precision must be one of {LAUNCH_PRECISIONS}, got {prec!r}")
+    if prec == "auto":
+        return "tf32rn" if sixteen_bit_inputs and dot_precision == DOT_PRECISION_DEFAULT else dot_precision
+    return prec or dot_precision
+
+
 def resolve_output_precision(output_precision: str | None, dot_precision: str, sixteen_bit_inputs: bool) -> str:
     """The output kernel's tl.dot precision for these options and inputs (see OUTPUT_PRECISIONS above)."""
     if output_precision not in OUTPUT_PRECISIONS:
         raise ValueError(f"output_precision must be one of {OUTPUT_PRECISIONS}, got {output_precision!r}")
-    if output_precision == "auto":
-        return "tf32rn" if sixteen_bit_inputs and dot_precision == DOT_PRECISION_DEFAULT else dot_precision
-    return output_precision or dot_precision
+    return resolve_precision(output_precision, dot_precision, sixteen_bit_inputs)

@@ -30,11 +30,11 @@ import triton.language as tl
 
 from .fwd_options import (
     DOT_PRECISIONS,
-    KERNEL_PRECISIONS,
     OUTPUT_PRECISION_DEFAULT,
     WY_INVERSE_DEFAULT,
     WY_INVERSES,
     resolve_output_precision,
+    resolve_precision,
 )
 
 GAMMA_FLOOR = -80.0
@@ -52,35 +52,42 @@ FWD_LAUNCH = {
     # wy_inverse="split" (the default), timed on the H200 (d_v 128, T 4k, 2^20 head-tokens; results/gdn/launch_sweep):
     # A 0.65 ms at 4 warps (0.96 at 8; 64 B of spills at 4), the inverse 1.13 ms at 2 warps (6.62 at 8, 2.36 at 4;
     # 136 registers, no spills), the products 1.87 ms at 4 warps (2.37 at 8)
-    # PREC (here and in state_fwd_kernel): the kernel's own tl.dot precision, for experiments (None: the forward's
-    # dot_precision). The error replay keeps A, W/U or the state scan at "tf32rn" within the pin on all 14 ladder
-    # arms by its bound (docs/native.md); none has run on a GPU, so none is set.
-    "wy_a_kernel": dict(num_warps=4, num_stages=1, PREC=None),
+    # PREC (here and in state_fwd_kernel): the kernel's own tl.dot precision (fwd_options.LAUNCH_PRECISIONS; None:
+    # the forward's dot_precision; "auto": "tf32rn" for bf16/fp16 inputs under the default dot_precision, float32-
+    # grade otherwise). Why "auto" in A, W/U and the state scan: at the state kernel's entry.
+    "wy_a_kernel": dict(num_warps=4, num_stages=1, PREC="auto"),
     "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
-    "wy_apply_kernel": dict(num_warps=4, num_stages=1, PREC=None),
+    "wy_apply_kernel": dict(num_warps=4, num_stages=1, PREC="auto"),
     # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN). On the H200 (2^20 head-tokens,
     # results/gdn/launch_sweep/state_kend_2b3da82) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
     # 4.45 at d_v 64 T 32k. BV stays 32: 64 wins at T 4k (2.64) but loses at T 32k (5.96), where a sequential scan
     # needs the programs. Not bitwise the KEND 0 kernel's on the GPU (an FMA contraction there, see state_fwd_kernel;
     # bitwise on the interpreter): adopted on the ladders run with it (docs/native.md).
-    "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1, PREC=None),
+    # PREC "auto" here and in A and W/U (ninth build): the CPU replay kept each within the pin on all 14 bf16 arms
+    # by its bound (results/gdn/fwd_error_sources.json); on the H200 the Triton ladder with all three at "tf32rn"
+    # passed every bf16/fp16 arm (28/28, worst 4.84e-3 as before) but not the float32 tile rung (the WY inverse of
+    # a float32 tile 9.4e-5 against its 1e-5 pin), hence 16-bit inputs only; the ladders at the adopting commit
+    # (results/gdn/ladder.json, ladder_hybrid_tc.json) ran it as the default. Timings: docs/native.md.
+    "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1, PREC="auto"),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
     # there is one V-block: unchanged), outputs and gradients bitwise the same (results/gdn/launch_sweep/output_nvl_4f71b67)
-    # DIRECT 1: o written in the caller's layout and dtype by the kernel (the forward profile's torch cast-and-
-    # transpose copy of o: 0.38 ms at d_v 128, 2^20 head-tokens). Written after the eighth build's device time:
-    # not yet timed on the H200, so 0 (the conversion rounds to nearest either way on the GPU)
-    "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=0, num_warps=4, num_stages=1),
+    # DIRECT 1: o written in the caller's layout and dtype by the kernel instead of a float32 buffer that torch casts
+    # and transposes (the forward profile's 0.38 ms copy at d_v 128, 2^20 head-tokens). On the H200 (96cb289,
+    # results/gdn/launch_sweep/prec_direct_96cb289): outputs and gradients bitwise the DIRECT 0 run's (the conversion
+    # rounds to nearest either way), fwd+bwd pass 46.26 vs 46.90 ms at d_v 128 T 4k.
+    "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=1, num_warps=4, num_stages=1),
 }
 
 
-def _prec(name: str, dot_precision: str) -> str:
-    """The tl.dot precision ``name`` runs at: its launch entry's PREC when set, else the forward's."""
-    prec = FWD_LAUNCH[name].get("PREC") or dot_precision
-    if prec not in KERNEL_PRECISIONS:
-        raise ValueError(f"FWD_LAUNCH[{name!r}]['PREC'] must be one of {KERNEL_PRECISIONS}, got {prec!r}")
-    return prec
+def _prec(name: str, dot_precision: str, sixteen_bit_inputs: bool) -> str:
+    """The tl.dot precision ``name`` runs at for these inputs: its launch entry's PREC resolved
+    (fwd_options.resolve_precision; no PREC: the forward's dot_precision)."""
+    try:
+        return resolve_precision(FWD_LAUNCH[name].get("PREC"), dot_precision, sixteen_bit_inputs)
+    except ValueError as exc:
+        raise ValueError(f"FWD_LAUNCH[{name!r}]['PREC']: {exc}") from None
 
 
 def _launch(name: str) -> dict:
@@ -525,8 +532,9 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     inputs under the default ``dot_precision``); its products feed only o. ``ctx["prec_output"]`` says which ran."""
     if dot_precision not in DOT_PRECISIONS:
         raise ValueError(f"dot_precision must be one of {DOT_PRECISIONS}, got {dot_precision!r}")
-    out_prec = resolve_output_precision(output_precision, dot_precision,
-                                        q.dtype in (torch.bfloat16, torch.float16))
+    sixteen = q.dtype in (torch.bfloat16, torch.float16)
+    out_prec = resolve_output_precision(output_precision, dot_precision, sixteen)
+    precs = {n: _prec(n, dot_precision, sixteen) for n in ("wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel")}
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk
@@ -552,11 +560,11 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
         if wy_inverse not in WY_INVERSES:
             raise ValueError(f"wy_inverse must be one of {WY_INVERSES}, got {wy_inverse!r}")
         if wy_inverse == "split":
-            wy_a_kernel[(B * H, NT)](ki, ei, gam, Tm, K=K, C=C, PREC=_prec("wy_a_kernel", dot_precision),
+            wy_a_kernel[(B * H, NT)](ki, ei, gam, Tm, K=K, C=C, PREC=precs["wy_a_kernel"],
                                      **_launch("wy_a_kernel"))
             wy_inverse_kernel[(B * H * NT,)](Tm, C=C, **_launch("wy_inverse_kernel"))
             wy_apply_kernel[(B * H, NT)](ei, ui, gam, Tm, Wi, Ui, K=K, V=V, C=C,
-                                         PREC=_prec("wy_apply_kernel", dot_precision), **_launch("wy_apply_kernel"))
+                                         PREC=precs["wy_apply_kernel"], **_launch("wy_apply_kernel"))
         else:
             name = "wy_fwd_kernel" if wy_inverse == "rows" else "wy_fwd_blocked_kernel"
             kern = wy_fwd_kernel if wy_inverse == "rows" else wy_fwd_blocked_kernel
@@ -572,7 +580,7 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
     state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, x["kend"] if kend else ki, NT=NT, K=K, V=V,
                                         C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
-                                        PREC=_prec("state_fwd_kernel", dot_precision), KEND_IN=kend,
+                                        PREC=precs["state_fwd_kernel"], KEND_IN=kend,
                                         **_launch("state_fwd_kernel"))
     del x  # Kend (when written) is not kept: only the state kernel reads it
     direct = bool(FWD_LAUNCH["output_fwd_kernel"].get("DIRECT", 0))
@@ -584,5 +592,6 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     ctx = dict(qi=qi, ki=ki, gam=gam, ui=ui, vi=vi, wi=wi, bi=bi, ei=ei, Tm=Tm,
                Wi=Wi if has_erase else None, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT, TP=TP, BV=BV, BV_state=BVs,
                dtype=q.dtype, has_init=initial_state is not None, prec=dot_precision, prec_output=out_prec,
+               prec_kernels={**precs, "output_fwd_kernel": out_prec},
                init_dtype=None if initial_state is None else initial_state.dtype)
     return (o if direct else from_internal(o, T, q.dtype)), SF, ctx

@@ -86,11 +86,16 @@ def test_impl_names_carry_forward_options(prof):
 def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
     from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
 
+    rn = dict.fromkeys(("wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"), "tf32rn")
     assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT,
-                                                      "output_precision": "auto", "output_precision_bf16": "tf32rn"}
-    # a chosen dot_precision is honoured by the output kernel too, unless it is chosen on its own
+                                                      "output_precision": "auto", "output_precision_bf16": "tf32rn",
+                                                      "kernel_precisions_bf16": rn}
+    # a chosen dot_precision is honoured by the output kernel and the "auto" kernels too, unless chosen on their own
     assert prof.resolved_fwd_options("ours@rows+tf32") == {"dot_precision": "tf32", "wy_inverse": "rows",
-                                                           "output_precision": "auto", "output_precision_bf16": "tf32"}
+                                                           "output_precision": "auto", "output_precision_bf16": "tf32",
+                                                           "kernel_precisions_bf16": dict.fromkeys(rn, "tf32")}
+    # launch words reach the recorded precisions (the pre-ninth-build forward: every PREC kernel at 3xTF32)
+    assert prof.resolved_fwd_options("hybrid-tc@a3x+wu3x+s3x")["kernel_precisions_bf16"] == dict.fromkeys(rn, "tf32x3")
     assert prof.resolved_fwd_options("hybrid-tc@otf32")["output_precision_bf16"] == "tf32"
     assert prof.resolved_fwd_options("hybrid-tc@otf32x3")["output_precision_bf16"] == "tf32x3"
     assert prof.resolved_fwd_options("fla") == {}

@@ -325,6 +325,28 @@ def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
         triton_fwd.triton_chunk_fwd(*x, chunk=16, dot_precision="tf32rn")
 
 
+def test_auto_kernels_round_to_tf32_for_16_bit_inputs_only(monkeypatch):
+    # PREC "auto" (A, W/U and the state scan by default): single-pass TF32 on rounded operands for bf16/fp16 inputs
+    # under the default dot_precision, like the output kernel; float32 inputs and a chosen dot_precision keep theirs
+    from kernels.gdn import triton_fwd
+
+    auto = {n for n, cfg in triton_fwd.FWD_LAUNCH.items() if cfg.get("PREC") == "auto"}
+    assert auto == {"wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"}
+    x32 = tuple(t.float() for t in make_inputs(T=64, K=16, V=16)[:6])
+    for dtype in (torch.bfloat16, torch.float16):
+        x = tuple(t.to(dtype) for t in x32)
+        assert {n: p for n, p in _launched_precs(monkeypatch, x).items() if n in auto} == dict.fromkeys(auto, "tf32rn")
+        assert {_launched_precs(monkeypatch, x, dot_precision="ieee")[n] for n in auto} == {"ieee"}
+    assert {_launched_precs(monkeypatch, x32)[n] for n in auto} == {"tf32x3"}
+    # an explicit PREC is taken as given whatever the inputs
+    x = tuple(t.to(torch.bfloat16) for t in x32)
+    assert _launched_precs(monkeypatch, x, launch={"state_fwd_kernel": {"PREC": "tf32x3"}})["state_fwd_kernel"] == "tf32x3"
+    # the forward's ctx says what ran
+    with triton_fwd.decay_floor_check_off():
+        ctx = triton_fwd.triton_chunk_fwd(*x, chunk=16)[2]
+    assert ctx["prec_kernels"] == {**dict.fromkeys(auto, "tf32rn"), "output_fwd_kernel": "tf32rn"}
+
+
 def test_state_kernel_tf32rn_rounds_its_operands():
     # the state kernel through the shared _dot: with PREC "tf32rn" on the interpreter (float32 dots) the states
     # must be the recurrence on TF32-rounded operands, exactly, for dyadic inputs (no erase: delta = u, no decay:
