@@ -75,7 +75,7 @@ FWD_LAUNCH = {
     # there is one V-block: unchanged), outputs and gradients bitwise the same (results/gdn/launch_sweep/output_nvl_4f71b67)
     # DIRECT 1: o written in the caller's layout and dtype by the kernel instead of a float32 buffer that torch casts
     # and transposes (the forward profile's 0.38 ms copy at d_v 128, 2^20 head-tokens). On the H200 (96cb289,
-    # results/gdn/launch_sweep/prec_direct_96cb289): outputs and gradients bitwise the DIRECT 0 run's (the conversion
+    # results/gdn/launch_sweep/output_direct_96cb289): outputs and gradients bitwise the DIRECT 0 run's (the conversion
     # rounds to nearest either way), fwd+bwd pass 46.26 vs 46.90 ms at d_v 128 T 4k.
     "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=1, num_warps=4, num_stages=1),
 }

@@ -313,7 +313,7 @@ def versus_fla_calls(calls: list[tuple[str, dict, dict]]) -> list[tuple[str, dic
                 cells.setdefault((r["member"], r["V"], r["T"], r["B"] * r["H"]), {})[r["impl"]] = r
         cells = {k: v for k, v in cells.items() if "hybrid-tc" in v and "fla" in v}
         if cells:
-            out.append((name, dict(sorted(cells.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2])))))
+            out.append((name, _cell_order(cells)))
     return out
 
 
@@ -326,15 +326,32 @@ def versus_fla_call(calls: list[tuple[str, dict, dict]]):
 FIGURE_MIN_CELLS = 4
 
 
+def _cell_order(cells: dict) -> dict:
+    return dict(sorted(cells.items(), key=lambda kv: (kv[0][0], -kv[0][1], kv[0][2])))
+
+
 def figure_versus_fla_call(calls: list[tuple[str, dict, dict]]):
-    """The figure's call: the newest of :func:`versus_fla_calls` with at least FIGURE_MIN_CELLS cells (the newest
-    code with a spread of shapes; the widest call can be several forward changes old), else the one with the most
-    cells (the newest of equals)."""
+    """The figure's calls and cells: the calls of the newest commit whose cells together number at least
+    FIGURE_MIN_CELLS (the newest code with a spread of shapes; one commit's calls ran the same code, and each cell
+    still comes from one call, the newest where a cell repeats), else the single call with the most cells (the
+    newest of equals). The name joins the calls' names with "+", oldest first."""
     found = versus_fla_calls(calls)
     if not found:
         return None, {}
-    wide = [nc for nc in found if len(nc[1]) >= FIGURE_MIN_CELLS]
-    return wide[0] if wide else max(found, key=lambda nc: len(nc[1]))
+    sha = {n: str(p.get("git_sha", "?")) for n, _, p in calls}
+    groups: list[list] = []  # runs of calls at one commit, newest first
+    for name, cells in found:
+        if groups and sha[groups[-1][0][0]] == sha[name]:
+            groups[-1].append((name, cells))
+        else:
+            groups.append([(name, cells)])
+    for group in groups:
+        merged: dict = {}
+        for _, cells in reversed(group):  # oldest first: a newer call's cell replaces an older one's
+            merged.update(cells)
+        if len(merged) >= FIGURE_MIN_CELLS:
+            return "+".join(n for n, _ in reversed(group)), _cell_order(merged)
+    return max(found, key=lambda nc: len(nc[1]))
 
 
 def versus_fla_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
@@ -410,7 +427,8 @@ def versus_fla_figure(calls: list[tuple[str, dict, dict]], outdir="figures", ste
         bot.set_xticklabels([f"{m}\nd_v={V}\nT={T // 1024}k\nB*H={BH}" for m, V, T, BH in keys], fontsize=8)
         top.legend(loc="upper right", fontsize=8, ncols=2)
         present = [i for i in VS_IMPLS if any(i in cells[k] for k in keys)]
-        sha = next((str(pr.get("git_sha", "?"))[:7] for n, _, pr in calls if n == name), "?")
+        first = (name or "").split("+")[0]
+        sha = next((str(pr.get("git_sha", "?"))[:7] for n, _, pr in calls if n == first), "?")
         fig.suptitle(f"GDN backward and forward + backward on the H200: {', '.join(present)}\n"
                      f"({name or 'no call'}, commit {sha}; bf16, d_k 128, 2^20 head-tokens)", fontsize=10)
         return save_figure(fig, stem, outdir)

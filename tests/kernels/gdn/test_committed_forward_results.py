@@ -48,6 +48,16 @@ def test_launch_table_follows_the_sweeps():
     out = best("output_nvl_4f71b67", "output_fwd_kernel|V128|T4096")
     assert {k: FWD_LAUNCH["output_fwd_kernel"][k] for k in ("BV", "NVL", "num_warps")} == \
         {k: out[k] for k in ("BV", "NVL", "num_warps")}
+    # the output kernel writes o itself: bitwise the buffer-and-copy path's on the H200, and faster
+    direct = _sweep("output_direct_96cb289")
+    assert FWD_LAUNCH["output_fwd_kernel"]["DIRECT"] == best("output_direct_96cb289",
+                                                             "output_fwd_kernel|V128|T4096")["DIRECT"] == 1
+    assert all(r["bitwise_equal_to_default"] for r in direct["rows"] if r["status"] == "ok")
+    # PREC "auto" (TF32-rn on the ladder's 16-bit inputs) timed against 3xTF32 at the adopting commit: faster in
+    # every kernel and cell (same_rel widened there on purpose: a precision change is not the same computation, the
+    # ladders are what decided it)
+    for key, b in _sweep("prec_e746f01")["best"].items():
+        assert b["best_config"]["PREC"] == FWD_LAUNCH[key.split("|")[0]]["PREC"] == "auto", key
     # the state kernel: the configuration fastest at T 32k, both d_v (BV 64 wins at T 4k only; docs/native.md)
     for v in (64, 128):
         got = best("state_kend_2b3da82", f"state_fwd_kernel|V{v}|T32768")
@@ -70,7 +80,14 @@ def test_committed_ladders_ran_the_default_forward(name):
     # the forward's precision
     assert s["dot_precision"].get("fwd_output", DOT_PRECISION_DEFAULT) == resolve_output_precision(
         OUTPUT_PRECISION_DEFAULT, DOT_PRECISION_DEFAULT, sixteen_bit_inputs=True)
+    from kernels.gdn.fwd_options import resolve_precision
     from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    # the PREC kernels as they ran on the 16-bit inputs (recorded since e746f01)
+    for kernel, key in (("wy_a_kernel", "fwd_wy_a"), ("wy_apply_kernel", "fwd_wy_apply"),
+                        ("state_fwd_kernel", "fwd_state")):
+        assert s["dot_precision"][key] == resolve_precision(FWD_LAUNCH[kernel]["PREC"], DOT_PRECISION_DEFAULT,
+                                                            sixteen_bit_inputs=True), key
 
     # recorded since fc35227 (KEND changes GPU roundings); an opt-in switch added after the run may be missing from
     # the record only while it is off (0 or None: the code path the ladder ran)

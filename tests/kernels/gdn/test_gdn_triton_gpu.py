@@ -44,11 +44,16 @@ def test_work_moving_launch_options_are_bitwise_neutral(monkeypatch, V, kernel, 
 
 
 @pytest.mark.parametrize("V", [64, 128])
-def test_wy_variants_agree_on_gpu(V):
+def test_wy_variants_agree_on_gpu(monkeypatch, V):
     # split (the default) and rows run the same substitution; their launch configurations (2 vs 8 warps) may sum
-    # in another order, so float32 agreement, not bit equality; blocked inverts differently (16 x 16 blocks)
+    # in another order, so float32 agreement, not bit equality; blocked inverts differently (16 x 16 blocks).
+    # The split kernels' own PREC ("auto": TF32-rn on these bf16 inputs) is set to the forward's dot_precision,
+    # which rows and blocked run at, so that the inverses are compared and not the precisions.
+    from kernels.gdn import triton_fwd
     from kernels.gdn.triton_fwd import triton_chunk_fwd
 
+    for kernel in ("wy_a_kernel", "wy_apply_kernel"):
+        monkeypatch.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": None})
     x = _inputs(V)
     outs = {wy: triton_chunk_fwd(*x, chunk=64, wy_inverse=wy) for wy in ("split", "rows", "blocked")}
     for wy in ("rows", "blocked"):
