@@ -8,9 +8,9 @@ Rungs (each reports the worst relative error per tensor, err = max|x - ref| / ma
                        bit-exact copy of the initial state).
 2. per stage        -- every Triton intermediate (T, W, S_n, delta, o; dS_n, d delta; all gradients) against
                        the float64 PyTorch chunked reference fed the same rounded inputs.
-3. end to end       -- bf16 / fp16 inputs, d_k = 128, chunk 64, d_v in {64, 128}, several lengths: output and
-                       every gradient of ``chunk_family(..., backend="triton")`` against the float64 oracle
-                       (the recurrent loop, autograd), with the paper's 5e-3 pin.
+3. end to end       -- bf16 / fp16 inputs, d_k = 128, chunk 64, d_v in {64, 128}, several lengths: output,
+                       final state and every gradient of ``chunk_family(..., backend="triton")`` against the
+                       float64 oracle (the recurrent loop, autograd), with the paper's 5e-3 pin.
 4. vs fla           -- against fla's chunk ops where fla is importable (optional; recorded as skipped if not).
 
 The oracle receives the low-precision inputs upcast to float64, so the errors measure the kernels, not the
@@ -151,18 +151,24 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", rep
     ref_leaves = {n: low[n].double().requires_grad_() for n in names}
     ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
     ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
+    # the final state is returned to the caller too (a float32 output: no final rounding hides its error)
+    with torch.no_grad():
+        ref_state = R.member_final_state(member, *(low[n].double() if n in low else None
+                                                   for n in ("q", "k", "v", "g", "b", "w")))
+
     def run_once():
         leaves = {n: low[n].clone().requires_grad_() for n in names}
-        o, _ = chunk_family(member=member, backend=backend, chunk=C, **(fwd_options or {}), **leaves)
+        o, S = chunk_family(member=member, backend=backend, chunk=C, output_final_state=True,
+                            **(fwd_options or {}), **leaves)
         got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
         if o.is_cuda:
             torch.cuda.synchronize()
-        return o.detach(), got
+        return o.detach(), S.detach(), got
 
     t0 = time.time()
-    o, got = run_once()
+    o, S, got = run_once()
     elapsed = time.time() - t0
-    errs = {"o": rel_err(o, ref)}
+    errs = {"o": rel_err(o, ref), "S_final": rel_err(S, ref_state)}
     for n, a, r in zip(names, got, ref_grads, strict=True):
         errs["d" + n] = rel_err(a, r)
     worst = max(errs.values())
@@ -174,8 +180,9 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", rep
     if repeats > 1:
         same = True
         for _ in range(repeats - 1):
-            o2, got2 = run_once()
-            same &= torch.equal(o2, o) and all(torch.equal(a, b) for a, b in zip(got2, got, strict=True))
+            o2, S2, got2 = run_once()
+            same &= (torch.equal(o2, o) and torch.equal(S2, S)
+                     and all(torch.equal(a, b) for a, b in zip(got2, got, strict=True)))
         row["bitwise_repeat"] = {"runs": repeats, "identical": bool(same)}
         row["pass"] = row["pass"] and bool(same)
     return row

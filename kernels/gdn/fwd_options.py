@@ -32,7 +32,10 @@ OUTPUT_PRECISIONS = (None, "auto", *KERNEL_PRECISIONS)
 OUTPUT_PRECISION_DEFAULT = "auto"
 
 
-# The same rule for the other forward kernels, through the PREC of their launch entries
+# The same rule for the other forward kernels, through the PREC of their launch entries. "auto" in A, W/U and the
+# state scan since e746f01: the H200 ladders 28/28 (bf16 + fp16) at that commit, the worst arm unchanged; the price is
+# TF32-grade forward intermediates and final state for 16-bit inputs (within 7e-4 of float64 instead of 3e-7; the
+# ladder's stage rung, docs/gdn.md §4)
 # (kernels/gdn/triton_fwd.FWD_LAUNCH): None follows dot_precision, "auto" is "tf32rn" for bf16/fp16 inputs under the
 # default dot_precision, any of KERNEL_PRECISIONS is taken as given (an experiment's override applies to every input
 # dtype). Which kernels are "auto", and the H200 ladders that decided it, are recorded in FWD_LAUNCH.

@@ -148,6 +148,15 @@ def member_reference(member, q, k, v, g=None, b=None, w=None, scale=None):
     raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
 
 
+def member_final_state(member, q, k, v, g=None, b=None, w=None, initial_state=None):
+    """Final state S_T ``[B, H, K, V]`` of ``member`` (float64): the general recurrence run on the gates the member
+    stands for (:func:`gates_for_member`; a member that never erases erases with b = 0). It is what
+    ``chunk_family(..., output_final_state=True)`` returns beside o. The scale acts on q only, so it has no say."""
+    gf, bf, wf = gates_for_member(member, q, v, g, b, w)
+    bf = torch.zeros_like(k) if bf is None else bf
+    return recurrent_gdn(q, k, v, gf, bf, wf, initial_state=initial_state, output_final_state=True)[1]
+
+
 def gates_for_member(member, q, v, g=None, b=None, w=None):
     """Full per-channel (g, b, w) of the general recurrence that a member's own gates stand for.
 

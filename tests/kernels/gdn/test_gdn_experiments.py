@@ -24,6 +24,8 @@ def test_ladder_cpu_smoke(tmp_path):
     # float32 on the interpreter: everything within float32 rounding of the float64 oracle
     assert summary["e2e_worst"] < 1e-5 and summary["stage_worst"] < 1e-5
     assert {r["rung"] for r in data["rows"]} == {"tile", "stage", "e2e", "fla"}
+    # the end-to-end rung pins the returned final state with the output and the gradients
+    assert all("S_final" in r["errors"] for r in data["rows"] if r["rung"] == "e2e")
     assert (tmp_path / "ladder_smoke.provenance.json").exists()
 
 

@@ -42,6 +42,27 @@ def test_member_from_own_definition_matches_general(member):
     assert rel_err(general, own) < 1e-13
 
 
+@pytest.mark.parametrize("member", R.MEMBERS)
+def test_member_final_state_is_the_members_own(member):
+    # the ladder pins chunk_family's final state against member_final_state: it must be each member's own state
+    # (kda and gla have a recurrent definition with a state; la and ssd are gla with zero / broadcast decay)
+    q, k, v, g, b, w, beta = make_inputs(T=48, K=8, V=8, scalar_g=(member == "ssd"))
+    gb = beta if member == "kda" else b
+    got = R.member_final_state(member, q, k, v, g, gb, w)
+    assert got.shape == (q.shape[0], q.shape[2], q.shape[3], v.shape[3])
+    if member == "kda":
+        own = R.kda(q, k, v, g, beta, output_final_state=True)[1]
+    elif member == "gdn":
+        own = R.recurrent_gdn(q, k, v, g, b, w, output_final_state=True)[1]
+    else:
+        gg = {"la": torch.zeros_like(q), "gla": g, "ssd": g.unsqueeze(-1).expand_as(q) if g.dim() == 3 else g}[member]
+        own = R.gla(q, k, v, gg, output_final_state=True)[1]
+    assert rel_err(got, own) < 1e-13
+    # and an initial state is carried
+    S0 = torch.randn_like(own)
+    assert not torch.allclose(R.member_final_state(member, q, k, v, g, gb, w, initial_state=S0), got)
+
+
 def test_erase_zero_makes_triangular_solve_identity():
     """b = 0: the UT matrix A is exactly zero and T = (I + A)^{-1} is exactly the identity."""
     _, k, _, g, b, _, _ = make_inputs(T=128, K=16)
