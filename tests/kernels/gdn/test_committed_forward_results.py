@@ -98,6 +98,9 @@ def test_committed_ladders_ran_the_default_forward(name):
         assert {k: v for k, v in cfg.items() if k in ran[kernel] or v not in (0, None)} == ran[kernel], kernel
     assert not s.get("launch_overrides")
     assert s["e2e_pass"] == s["e2e_arms"] == 28 and s["complete"]
+    # since 99a165f the end-to-end rung pins the returned final state as well
+    rows = [r for r in json.loads((ROOT / "results" / "gdn" / name).read_text())["rows"] if r["rung"] == "e2e"]
+    assert all(r["errors"]["S_final"] <= r["pin"] for r in rows)
 
 
 def test_error_source_replay_supports_the_documented_conclusions():
