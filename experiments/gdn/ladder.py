@@ -278,9 +278,10 @@ def fwd_launch_table() -> dict:
 PREC_KERNEL_KEYS = {"wy_a_kernel": "fwd_wy_a", "wy_apply_kernel": "fwd_wy_apply", "state_fwd_kernel": "fwd_state"}
 
 
-def kernel_precisions_ran(dot_precision: str, dtypes) -> dict:
+def kernel_precisions_ran(dot_precision: str, dtypes, wy_inverse: str = "split") -> dict:
     """What each PREC kernel's products ran at under the launch table as it is now (overrides included): one word
-    per kernel when every dtype resolves alike, else {dtype: word}."""
+    per kernel when every dtype resolves alike, else {dtype: word}. The A and W/U kernels run only in the split WY
+    step (the row and blocked kernels take the forward's dot_precision, "fwd")."""
     import torch
 
     from kernels.gdn.fwd_options import resolve_precision
@@ -288,6 +289,8 @@ def kernel_precisions_ran(dot_precision: str, dtypes) -> dict:
 
     out = {}
     for kernel, key in PREC_KERNEL_KEYS.items():
+        if kernel != "state_fwd_kernel" and wy_inverse != "split":
+            continue
         ran = {str(dt).removeprefix("torch."): resolve_precision(
             FWD_LAUNCH[kernel].get("PREC"), dot_precision, dt in (torch.bfloat16, torch.float16)) for dt in dtypes}
         out[key] = next(iter(ran.values())) if len(set(ran.values())) == 1 else ran
@@ -364,7 +367,7 @@ def _run(args, launch: dict):
     ran = {str(dt).removeprefix("torch."): resolve_output_precision(
         args.output_precision, args.dot_precision, dt in (torch.bfloat16, torch.float16)) for dt in dtypes}
     output_precision_ran = next(iter(ran.values())) if len(set(ran.values())) == 1 else ran
-    kernels_ran = kernel_precisions_ran(args.dot_precision, dtypes)
+    kernels_ran = kernel_precisions_ran(args.dot_precision, dtypes, args.wy_inverse)
     if args.backend != "triton" and args.cpu_smoke:
         raise SystemExit(f"the {args.backend} backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
     from kernels.gdn.reference import MEMBERS

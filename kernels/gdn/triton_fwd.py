@@ -529,12 +529,17 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     one kernel, ``wy_fwd_kernel``), "blocked" (the inverse blockwise, ``wy_fwd_blocked_kernel``; chunk >= 64 so
     its blocks meet tl.dot's 16-row minimum on a GPU). Timings: kernels/gdn/fwd_options.py. ``output_precision``:
     the output kernel's tl.dot precision (None: ``dot_precision``; "auto", the default: "tf32rn" for bf16/fp16
-    inputs under the default ``dot_precision``); its products feed only o. ``ctx["prec_output"]`` says which ran."""
+    inputs under the default ``dot_precision``); its products feed only o. ``ctx["prec_output"]`` says which ran.
+    A, W/U and the state scan take theirs from their launch entries' ``PREC`` (``"auto"``: the same rule;
+    ``fwd_options.resolve_precision``); ``ctx["prec_kernels"]`` says what every such kernel launched ran at."""
     if dot_precision not in DOT_PRECISIONS:
         raise ValueError(f"dot_precision must be one of {DOT_PRECISIONS}, got {dot_precision!r}")
     sixteen = q.dtype in (torch.bfloat16, torch.float16)
     out_prec = resolve_output_precision(output_precision, dot_precision, sixteen)
-    precs = {n: _prec(n, dot_precision, sixteen) for n in ("wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel")}
+    # the kernels with a PREC of their own that this call launches (the row and blocked WY kernels run dot_precision)
+    own = ("wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel") if b is not None and wy_inverse == "split" else (
+        "state_fwd_kernel",)
+    precs = {n: _prec(n, dot_precision, sixteen) for n in own}
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk

@@ -345,6 +345,10 @@ def test_auto_kernels_round_to_tf32_for_16_bit_inputs_only(monkeypatch):
     with triton_fwd.decay_floor_check_off():
         ctx = triton_fwd.triton_chunk_fwd(*x, chunk=16)[2]
     assert ctx["prec_kernels"] == {**dict.fromkeys(auto, "tf32rn"), "output_fwd_kernel": "tf32rn"}
+    # the row inverse runs the WY step at the forward's dot_precision: only the kernels launched are reported
+    with triton_fwd.decay_floor_check_off():
+        ctx = triton_fwd.triton_chunk_fwd(*x, chunk=16, wy_inverse="rows")[2]
+    assert ctx["prec_kernels"] == {"state_fwd_kernel": "tf32rn", "output_fwd_kernel": "tf32rn"}
 
 
 def test_state_kernel_tf32rn_rounds_its_operands():
