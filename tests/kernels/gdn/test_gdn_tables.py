@@ -34,6 +34,14 @@ def test_committed_ladder_within_paper_pin():
     assert all(r["pass"] for r in ladder["rows"] if r["rung"] == "tile")
 
 
+# Members whose committed training run fails the curve check, each with where that is reported. A known failure
+# must fail exactly as recorded: when a later run passes, the entry has to go (like a strict xfail).
+KNOWN_CURVE_FAILURES = {
+    "gdn": "00a3a02: window deviation 6.2% > 5% at the loss transition, the bf16 curve dropping a few steps "
+           "earlier than the float32 one (4.7% at a1a16fa); docs/gdn.md §5",
+}
+
+
 @pytest.mark.skipif(not (RESULTS / "train_family.json").exists(), reason="no committed training run yet")
 def test_training_table_and_verdicts(tmp_path):
     train = json.loads((RESULTS / "train_family.json").read_text())
@@ -49,7 +57,12 @@ def test_training_table_and_verdicts(tmp_path):
         assert last < 0.9 * first, m
         wf = [sum(r["loss_fast"][i:i + w]) / w for i in range(0, len(r["loss_fast"]), w)]
         wr = [sum(r["loss_ref"][i:i + w]) / w for i in range(0, len(r["loss_ref"]), w)]
-        assert max(abs(a - b) for a, b in zip(wf, wr, strict=True)) / wr[0] <= tol, m
+        dev = max(abs(a - b) for a, b in zip(wf, wr, strict=True)) / wr[0]
+        assert abs(dev - r["max_window_curve_dev_rel"]) < 1e-9, m
+        if m in KNOWN_CURVE_FAILURES:
+            assert dev > tol and not r["pass"] and not train["summary"]["all_pass"], m
+        else:
+            assert dev <= tol and r["pass"], m
 
 
 # ------------------------------------------------------------------------ fla comparison (H200, part (a))
