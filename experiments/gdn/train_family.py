@@ -144,7 +144,26 @@ def main(argv=None):
     ap.add_argument("--curve-tol", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=20260829)
     ap.add_argument("--members", default="la,gla,ssd,kda,gdn")
+    ap.add_argument("--launch", action="append", default=[], metavar="KERNEL:KEY=VAL[,KEY=VAL]",
+                    help="train the fast path with a launch-table entry changed (as ladder.py), e.g. "
+                         "state_fwd_kernel:PREC=tf32x3; recorded in the summary (launch_overrides)")
+    ap.add_argument("--name", default=None, help="result file name (default train_family.json)")
     args = ap.parse_args(argv)
+    if args.cpu_smoke:  # before the kernels are imported (the launch tables live beside them)
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    from kernels.gdn.launch_tables import check_overrides, overridden, parse_overrides
+
+    try:
+        launch = parse_overrides(args.launch)
+        check_overrides(launch)
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"--launch: {exc}") from None
+    with overridden(launch):
+        return _run(args, launch)
+
+
+def _run(args, launch: dict):
+    """The training runs with the parsed arguments, inside ``launch``'s overrides of the launch tables."""
     if args.cpu_smoke:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         device = "cpu"
@@ -197,11 +216,12 @@ def main(argv=None):
         "config": {**cfg, "window": window, "curve_tol": args.curve_tol, "fast_dtype": str(lowp).replace("torch.", ""),
                    "ref_dtype": "float32"},
         "all_pass": all(r["pass"] for r in results.values()),
+        "launch_overrides": launch,
         "seconds": round(time.time() - t0, 1),
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    name = "train_family_smoke.json" if args.cpu_smoke else "train_family.json"
+    name = args.name or ("train_family_smoke.json" if args.cpu_smoke else "train_family.json")
     (out / name).write_text(json.dumps({"summary": summary, "members": results}, indent=1, sort_keys=True) + "\n")
     from lethe import provenance
 

@@ -69,6 +69,31 @@ def test_train_family_cpu_smoke(tmp_path):
     # same seed, same batches, float32 on both paths: the curves agree to float32 rounding
     assert row["max_step_curve_dev_rel"] < 1e-4
     assert (tmp_path / "train_family_smoke.json").exists()
+    assert summary["launch_overrides"] == {}
+
+
+def test_train_family_runs_and_records_launch_overrides(tmp_path, monkeypatch):
+    # the attribution run of docs/gdn.md §5: the fast path with the pre-e746f01 precisions, named and recorded;
+    # the override is in force while the models train and gone afterwards
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    mod = _load("train_family")
+    seen = []
+    real = mod.train
+
+    def spy(member, backend, *a, **k):
+        seen.append((backend, FWD_LAUNCH["state_fwd_kernel"]["PREC"]))
+        return real(member, backend, *a, **k)
+
+    monkeypatch.setattr(mod, "train", spy)
+    summary, _ = mod.main(["--cpu-smoke", "--out", str(tmp_path), "--members", "la", "--steps", "2",
+                           "--launch", "state_fwd_kernel:PREC=tf32x3", "--name", "t3x.json"])
+    assert summary["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32x3"}}
+    assert seen == [("triton", "tf32x3"), ("torch", "tf32x3")]
+    assert FWD_LAUNCH["state_fwd_kernel"]["PREC"] == "auto"
+    assert (tmp_path / "t3x.json").exists()
+    with pytest.raises(SystemExit, match="--launch"):
+        mod.main(["--cpu-smoke", "--out", str(tmp_path), "--launch", "state_fwd_kernel:PRECC=tf32x3"])
 
 
 def test_ladder_native_gpu_branch_plans_the_e2e_rung_only(tmp_path, monkeypatch):
