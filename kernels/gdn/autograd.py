@@ -115,8 +115,10 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     tl.dot's input precision ("tf32x3", "tf32", "ieee"; the backward's scan uses it too) and how the WY kernel
     inverts its triangular tile ("split", the default, "rows" or "blocked"; see kernels/gdn/fwd_options.py);
     ``output_precision`` the output kernel's alone (None: ``dot_precision``; "auto", the default: "tf32rn" for
-    bf16/fp16 inputs under the default ``dot_precision``; its products feed only o). The torch
-    and native backends ignore them.
+    bf16/fp16 inputs under the default ``dot_precision``; its products feed only o). A, W/U and the state scan
+    follow the same "auto" rule through their launch entries (kernels/gdn/triton_fwd.FWD_LAUNCH, ``PREC``), so
+    bf16/fp16 inputs get TF32 products rounded to nearest in the forward unless ``dot_precision`` is set to
+    another value than the default (3xTF32 throughout: docs/gdn.md §3). The torch and native backends ignore them.
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")

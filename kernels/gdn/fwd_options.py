@@ -19,8 +19,9 @@ WY_INVERSE_DEFAULT = "split"
 # the states and delta, and recomputes the rest -- so their precision is a knob of its own: None follows
 # dot_precision; "tf32rn" rounds the operands to TF32 to nearest before a single-pass product (the tensor core
 # otherwise truncates them, "tf32"). The default "auto" is "tf32rn" for bf16/fp16 inputs under the default
-# dot_precision, and dot_precision otherwise (float32 inputs keep float32-grade products; a chosen dot_precision is
-# honoured everywhere). Why "tf32rn" for 16-bit inputs: replayed on the CPU first (experiments/gdn/fwd_error_sources.py,
+# dot_precision, and dot_precision otherwise (float32 inputs keep float32-grade products; a dot_precision other than
+# the default, "tf32" or "ieee", is honoured everywhere -- passing "tf32x3" itself cannot be told from the default:
+# for 3xTF32 throughout with 16-bit inputs set output_precision and the kernels' PREC to "tf32x3", docs/gdn.md §3). Why "tf32rn" for 16-bit inputs: replayed on the CPU first (experiments/gdn/fwd_error_sources.py,
 # results/gdn/fwd_error_sources.json: o within the 5e-3 pin on all 14 bf16 arms), then on the H200 (4e002d7): the
 # hybrid-tc ladder bf16 + fp16 28/28, every gradient bitwise the default's, o's worst bf16 error 3.30e-3 (unchanged;
 # largest increase 2.3e-3 -> 2.7e-3), fp16 o at most 8.1e-4; the output kernel 64 wgmma, no spills, instead of 192 +
@@ -45,8 +46,8 @@ LAUNCH_PRECISIONS = (None, "auto", *KERNEL_PRECISIONS)
 def resolve_precision(prec: str | None, dot_precision: str, sixteen_bit_inputs: bool) -> str:
     """The tl.dot precision a kernel runs at for its setting ``prec`` (one of LAUNCH_PRECISIONS), the forward's
     ``dot_precision`` and the inputs' dtype: "auto" -> "tf32rn" for 16-bit inputs under the default dot precision
-    and ``dot_precision`` otherwise (float32 inputs keep float32-grade products; a chosen dot_precision is honoured
-    everywhere); None -> ``dot_precision``; anything else as given."""
+    and ``dot_precision`` otherwise (float32 inputs keep float32-grade products; a dot_precision other than the
+    default is honoured everywhere); None -> ``dot_precision``; anything else as given."""
     if prec not in LAUNCH_PRECISIONS:
         raise ValueError(f"a kernel precision must be one of {LAUNCH_PRECISIONS}, got {prec!r}")
     if prec == "auto":
