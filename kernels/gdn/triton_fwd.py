@@ -520,6 +520,29 @@ def _check_dims(K: int, V: int, C: int) -> None:
             raise ValueError(f"the Triton path needs {name} a power of two >= 16, got {d}")
 
 
+# The kernels compute element offsets in 32-bit integers (program ids and integer arguments are int32), so no
+# tensor they index may hold more elements than an int32 reaches; past that an offset wraps and the kernel reads or
+# writes the wrong place (or faults) instead of failing cleanly.
+INDEX_LIMIT = 2**31 - 1
+
+
+def check_index_range(B: int, H: int, T: int, K: int, V: int, C: int) -> None:
+    """Refuse a problem whose largest tensor in the Triton forward or backward exceeds INDEX_LIMIT elements: per
+    token the chunk states ([B, H, T/C, K, V], K*V/C per token), the chunk matrices ([.., C, C]) or a K- or V-wide
+    row, T padded to whole chunks. The CuTe kernels of the hybrid backends index the same tensors."""
+    t_pad = -(-T // C) * C
+    per_token = max(K, V, C, K * V // C)
+    largest = B * H * t_pad * per_token
+    if largest > INDEX_LIMIT:
+        fit = INDEX_LIMIT // (H * t_pad * per_token)
+        advice = (f"run at most {fit} sequence(s) per call (split the batch)" if fit else
+                  "even one sequence is too large: split the heads over calls")
+        raise ValueError(
+            f"B={B}, H={H}, T={T}, d_k={K}, d_v={V}, chunk {C}: the largest internal tensor would hold {largest:,} "
+            f"elements, more than the kernels' 32-bit indices reach ({INDEX_LIMIT:,}); {advice}, or use "
+            "backend='torch'")
+
+
 def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_state=None, dot_precision="tf32x3",
                      bv: int | None = None, wy_inverse: str = WY_INVERSE_DEFAULT,
                      output_precision: str | None = OUTPUT_PRECISION_DEFAULT):
@@ -544,6 +567,7 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     V = v.shape[-1]
     C = chunk
     _check_dims(K, V, C)
+    check_index_range(B, H, T, K, V, C)
     s = K**-0.5 if scale is None else float(scale)
     # KEND (0/1) in the state kernel's launch entry: the prep kernel writes Kend for it
     kend = bool(FWD_LAUNCH["state_fwd_kernel"].get("KEND", 0))

@@ -44,6 +44,10 @@ class NativeGDN:
 
     @staticmethod
     def forward(q, k, v, g, b, w, scale, chunk, initial_state):
+        from ..triton_fwd import check_index_range
+
+        # the CuTe kernels of the backward index the same per-chunk tensors with 32-bit offsets
+        check_index_range(q.shape[0], q.shape[2], q.shape[1], q.shape[3], v.shape[3], chunk)
         return chunked.chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state)
 
     @staticmethod

@@ -449,3 +449,27 @@ def test_output_precision_tf32rn_rounds_the_output_kernels_operands():
     want = triton_fwd.from_internal(o_int.reshape(B, H, T, -1), T, torch.float32)
     assert torch.equal(o1, want)  # exactly the rounded products
     assert not torch.equal(o0, o1) and rel_err(o1, o0) < 2e-3  # the rounding happened, and it is TF32-sized
+
+
+def test_problems_past_32_bit_indexing_are_refused_before_anything_runs():
+    # the kernels' offsets are int32: a problem whose largest internal tensor (the chunk states, K*V/C = 256 per
+    # token at d_k = d_v = 128, chunk 64) passes 2^31 - 1 elements is refused, naming the batch that would fit
+    from kernels.gdn import triton_fwd
+    from kernels.gdn.native.backend import NativeGDN
+
+    check = triton_fwd.check_index_range
+    check(1, 2, 2**20, 128, 128, 64)  # the benchmarks' 2^21 head-tokens: 2^29 elements
+    check(4, 32, 2**15, 128, 128, 64)  # 2^30
+    check(7, 32, 2**15, 128, 128, 64)
+    with pytest.raises(ValueError, match="at most 7 sequence"):
+        check(8, 32, 2**15, 128, 128, 64)  # exactly 2^31
+    with pytest.raises(ValueError, match="even one sequence"):
+        check(1, 64, 2**17 + 1, 128, 128, 64)  # padded to whole chunks: 2^31 + 2^20
+    check(8, 32, 2**15, 128, 32, 64)  # d_v 32: K*V/C = 64 < K = 128 per token, 2^30
+    # through the wrappers, before any allocation (stride-0 inputs of the refused shape)
+    shape = (8, 2**15, 32, 128)
+    x = [torch.empty(1, 1, 1, 128).expand(*shape) for _ in range(6)]
+    with pytest.raises(ValueError, match="32-bit"):
+        triton_fwd.triton_chunk_fwd(*x, chunk=64)
+    with pytest.raises(ValueError, match="32-bit"):
+        NativeGDN.forward(*x, None, 64, None)
