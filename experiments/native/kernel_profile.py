@@ -385,6 +385,10 @@ def main(argv=None) -> dict:
 
                 with overridden(launch):
                     row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
+                    if row_options:  # the Triton forward's launch table as it ran (KEND, DIRECT, ...)
+                        from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+                        row["fwd_launch"] = {name: dict(cfg) for name, cfg in FWD_LAUNCH.items()}
                 if launch:
                     row["launch_overrides"] = launch
             except Exception as exc:  # recorded, the next implementation still runs

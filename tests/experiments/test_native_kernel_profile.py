@@ -121,3 +121,24 @@ def test_launch_words_become_launch_table_overrides(prof):
         prof.launch_overrides("fla@srn")  # fla has no Triton forward of ours
     with pytest.raises(ValueError, match="unknown forward option"):
         prof.launch_overrides("hybrid-tc@srnx")
+
+
+def test_the_figures_calls_timed_the_current_default_forward(prof):
+    # the speed figure and table's newest block must describe the code as it is: the figure's calls (the newest
+    # commit with enough cells) ran "hybrid-tc" with the forward options the code now defaults to, and -- where a
+    # row records it (calls after 00a3a02) -- the current launch table. A default changed without a new profile
+    # fails here, as the committed ladders do in tests/kernels/gdn/test_committed_forward_results.py.
+    from pathlib import Path
+
+    from kernels.gdn.native.render import figure_versus_fla_call, load_profile_calls
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    root = Path(__file__).resolve().parents[2] / "results" / "native" / "profile"
+    calls = load_profile_calls(sorted(d / "profile.json" for d in root.iterdir() if (d / "profile.json").exists()))
+    name, cells = figure_versus_fla_call(calls)
+    assert name and cells
+    rows = [got["hybrid-tc"] for got in cells.values()]
+    assert all(r["fwd_options"] == prof.resolved_fwd_options("hybrid-tc") for r in rows)
+    for r in rows:
+        if "fwd_launch" in r:
+            assert r["fwd_launch"] == {n: dict(c) for n, c in FWD_LAUNCH.items()}
