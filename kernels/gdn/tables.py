@@ -272,7 +272,8 @@ def render_fla_compare(summary: dict, provenance: dict, rows_jsonl: list[dict], 
     timed = bool(summary.get("speed"))
     dtype = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(a["dtype"], a["dtype"])
     caption = (
-        f"fla {meta['fla']} against our Triton chunked path, both against the float64 oracle ({dtype}, "
+        f"fla {meta['fla']} against our Triton chunked path at commit {str(provenance.get('git_sha', '?'))[:7]}, "
+        f"both against the float64 oracle ({dtype}, "
         f"d_k={a['dk']}, chunk {a['chunk']}, B={a['batch']}, H={a['heads']}; {meta['gpu']}, driver "
         f"{provenance.get('driver', '?')}, torch {meta['torch']}, Triton {meta['triton']}). "
         f"{len(rows)} of {planned} planned correctness cells ran; {planned - len(rows)} cells"
