@@ -326,13 +326,9 @@ def main(argv=None):
                          "state_fwd_kernel:PREC=tf32rn; recorded in the summary (launch_overrides, fwd_launch)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
-    from kernels.gdn.launch_tables import check_overrides, overridden, parse_overrides
+    from kernels.gdn.launch_tables import overridden, overrides_from_cli
 
-    try:
-        launch = parse_overrides(args.launch)
-        check_overrides(launch)
-    except (KeyError, ValueError) as exc:
-        raise SystemExit(f"--launch: {exc}") from None
+    launch = overrides_from_cli(args.launch)
     with overridden(launch):
         return _run(args, launch)
 

@@ -151,21 +151,16 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.cpu_smoke:  # before the kernels are imported (the launch tables live beside them)
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kernels.gdn.launch_tables import check_overrides, overridden, parse_overrides
+    from kernels.gdn.launch_tables import overridden, overrides_from_cli
 
-    try:
-        launch = parse_overrides(args.launch)
-        check_overrides(launch)
-    except (KeyError, ValueError) as exc:
-        raise SystemExit(f"--launch: {exc}") from None
+    launch = overrides_from_cli(args.launch)
     with overridden(launch):
         return _run(args, launch)
 
 
 def _run(args, launch: dict):
     """The training runs with the parsed arguments, inside ``launch``'s overrides of the launch tables."""
-    if args.cpu_smoke:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if args.cpu_smoke:  # TRITON_INTERPRET was set by main()
         device = "cpu"
         # bf16 is not trustworthy under the interpreter (pitfalls.md): the smoke run's fast path is float32
         lowp = torch.float32

@@ -54,6 +54,17 @@ def check_overrides(overrides: dict[str, dict]) -> None:
             raise KeyError(f"{kernel}: {unknown} are not keys of its launch entry {sorted(entry)}")
 
 
+def overrides_from_cli(items: list[str], option: str = "--launch") -> dict[str, dict]:
+    """A script's repeated ``--launch KERNEL:KEY=VAL`` values parsed and checked; a malformed or misspelt one
+    ends the script with a message naming the option, before anything runs."""
+    try:
+        overrides = parse_overrides(items)
+        check_overrides(overrides)
+    except (KeyError, ValueError) as exc:
+        raise SystemExit(f"{option}: {exc}") from None
+    return overrides
+
+
 @contextmanager
 def overridden(overrides: dict[str, dict]) -> Iterator[dict[str, dict]]:
     """Inside the block, each kernel's entry with its override merged in (yielded as {kernel: entry}); every

@@ -46,3 +46,13 @@ def test_check_overrides_refuses_unknown_kernels_and_keys():
         check_overrides({"no_such_kernel": {"BV": 8}})
     with pytest.raises(KeyError, match="PRECISION"):  # a misspelt key would silently change nothing
         check_overrides({"state_fwd_kernel": {"PRECISION": "tf32rn"}})
+
+
+def test_overrides_from_cli_parses_checks_and_names_the_option():
+    from kernels.gdn.launch_tables import overrides_from_cli
+
+    assert overrides_from_cli(["state_fwd_kernel:PREC=tf32x3"]) == {"state_fwd_kernel": {"PREC": "tf32x3"}}
+    assert overrides_from_cli([]) == {}
+    for bad in (["state_fwd_kernel:PRECC=tf32x3"], ["no_such_kernel:BV=16"], ["state_fwd_kernel"]):
+        with pytest.raises(SystemExit, match="^--launch: "):
+            overrides_from_cli(bad)
