@@ -23,6 +23,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -148,17 +149,32 @@ def main(argv=None):
                     help="train the fast path with a launch-table entry changed (as ladder.py), e.g. "
                          "state_fwd_kernel:PREC=tf32x3; recorded in the summary (launch_overrides)")
     ap.add_argument("--name", default=None, help="result file name (default train_family.json)")
+    ap.add_argument("--repeat", action="store_true",
+                    help="train both paths of every member a second time and record whether the loss curves "
+                         "repeat bit for bit (fast_repeat_bitwise, ref_repeat_bitwise)")
     args = ap.parse_args(argv)
+    # Deterministic kernels everywhere, so that a verdict near the tolerance is the same verdict on every run:
+    # without this the float32 reference's own curve differed between two runs of one commit (cuBLAS workspace
+    # and atomics in PyTorch backward kernels), enough to move the GDN window deviation by 2-5 points.
+    # CUBLAS_WORKSPACE_CONFIG must be set before the first cuBLAS handle exists, i.e. before any CUDA matmul.
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.cpu_smoke:  # before the kernels are imported (the launch tables live beside them)
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from kernels.gdn.launch_tables import overridden, overrides_from_cli
 
     launch = overrides_from_cli(args.launch)
-    with overridden(launch):
-        return _run(args, launch)
+    with overridden(launch), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        # warn_only: an op without a deterministic implementation is named in the summary instead of killing
+        # the run; the --repeat check then shows whether it mattered
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            return _run(args, launch, caught)
+        finally:
+            torch.use_deterministic_algorithms(False)
 
 
-def _run(args, launch: dict):
+def _run(args, launch: dict, caught: list):
     """The training runs with the parsed arguments, inside ``launch``'s overrides of the launch tables."""
     if args.cpu_smoke:  # TRITON_INTERPRET was set by main()
         device = "cpu"
@@ -184,6 +200,10 @@ def _run(args, launch: dict):
         t = time.time()
         ref, ref_acc, ref_nf = train(member, "torch", torch.float32, cfg, device)
         t_ref = time.time() - t
+        repeat = {}
+        if args.repeat:
+            repeat["fast_repeat_bitwise"] = train(member, "triton", lowp, cfg, device)[0] == fast
+            repeat["ref_repeat_bitwise"] = train(member, "torch", torch.float32, cfg, device)[0] == ref
         wf, wr = window_means(fast, window), window_means(ref, window)
         scale = wr[0]
         curve_dev = max(abs(a - b) for a, b in zip(wf, wr, strict=True)) / scale
@@ -201,17 +221,24 @@ def _run(args, launch: dict):
             "zero_nan": fast_nf == 0 and ref_nf == 0 and all(map(math.isfinite, fast + ref)),
             "curve_match": curve_dev <= args.curve_tol,
             "seconds_fast": round(t_fast, 1), "seconds_ref": round(t_ref, 1),
+            **repeat,
         }
         row["pass"] = row["loss_goes_down"] and row["zero_nan"] and row["curve_match"]
         results[member] = row
         print(member, {k: row[k] for k in ("first_window_loss_fast", "last_window_loss_fast", "last_window_acc_fast",
-                                           "max_window_curve_dev_rel", "pass")}, flush=True)
+                                           "max_window_curve_dev_rel", "pass", *repeat)}, flush=True)
     summary = {
         "mode": "cpu-smoke" if args.cpu_smoke else "gpu",
         "config": {**cfg, "window": window, "curve_tol": args.curve_tol, "fast_dtype": str(lowp).replace("torch.", ""),
                    "ref_dtype": "float32"},
         "all_pass": all(r["pass"] for r in results.values()),
         "launch_overrides": launch,
+        "deterministic_algorithms": True,
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        # PyTorch's warnings about ops without a deterministic implementation, one entry per distinct message
+        "nondeterministic_ops": sorted({str(w.message).splitlines()[0] for w in caught
+                                        if "deterministic" in str(w.message)}),
+        "repeat_checked": bool(args.repeat),
         "seconds": round(time.time() - t0, 1),
     }
     out = Path(args.out)

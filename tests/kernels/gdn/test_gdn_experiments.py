@@ -70,6 +70,18 @@ def test_train_family_cpu_smoke(tmp_path):
     assert row["max_step_curve_dev_rel"] < 1e-4
     assert (tmp_path / "train_family_smoke.json").exists()
     assert summary["launch_overrides"] == {}
+    assert summary["deterministic_algorithms"] and not summary["repeat_checked"]
+
+
+def test_train_family_repeat_check_records_bitwise_repeats(tmp_path):
+    import torch
+
+    summary, results = _load("train_family").main(
+        ["--cpu-smoke", "--out", str(tmp_path), "--members", "ssd", "--steps", "2", "--repeat"])
+    row = results["ssd"]
+    assert summary["repeat_checked"] and row["fast_repeat_bitwise"] is True and row["ref_repeat_bitwise"] is True
+    assert summary["cublas_workspace_config"] == ":4096:8"
+    assert not torch.are_deterministic_algorithms_enabled()  # switched off again for whoever runs next
 
 
 def test_train_family_runs_and_records_launch_overrides(tmp_path, monkeypatch):
@@ -160,3 +172,17 @@ def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monk
     for bad in ("state_fwd_kernel:PRECISION=tf32rn", "no_such_kernel:BV=8", "state_fwd_kernel"):
         with pytest.raises(SystemExit, match="--launch"):
             mod.main(["--backend", "hybrid-tc", "--out", str(tmp_path), "--launch", bad])
+
+
+def test_train_seeds_parses_variants_and_writes_one_row_per_seed_and_variant(tmp_path):
+    mod = _load("train_seeds")
+    assert mod.parse_variant("v=a_kernel:PREC=tf32x3,BV=32,b_kernel:PREC=tf32x3") == (
+        "v", ["a_kernel:PREC=tf32x3,BV=32", "b_kernel:PREC=tf32x3"])
+    with pytest.raises(SystemExit, match="--variant"):
+        mod.parse_variant("novariant")
+    doc = mod.main(["--cpu-smoke", "--member", "la", "--seeds", "1,2", "--steps", "2", "--out", str(tmp_path),
+                    "--variant", "s3x=state_fwd_kernel:PREC=tf32x3"])
+    assert [(r["seed"], r["variant"]) for r in doc["rows"]] == [(1, "default"), (1, "s3x"), (2, "default"),
+                                                                (2, "s3x")]
+    assert doc["rows"][1]["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32x3"}}
+    assert (tmp_path / "train_seeds.json").exists() and (tmp_path / "train_seeds.provenance.json").exists()
