@@ -149,6 +149,9 @@ def main(argv=None):
                     help="train the fast path with a launch-table entry changed (as ladder.py), e.g. "
                          "state_fwd_kernel:PREC=tf32x3; recorded in the summary (launch_overrides)")
     ap.add_argument("--name", default=None, help="result file name (default train_family.json)")
+    ap.add_argument("--fast-dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="dtype of the fast path's recurrence inputs on the GPU; float32 is the control that "
+                         "separates the rounding of the inputs from the kernels' own precision")
     ap.add_argument("--repeat", action="store_true",
                     help="train both paths of every member a second time and record whether the loss curves "
                          "repeat bit for bit (fast_repeat_bitwise, ref_repeat_bitwise)")
@@ -186,7 +189,7 @@ def _run(args, launch: dict, caught: list):
     else:
         if not torch.cuda.is_available():
             raise SystemExit("the full training run needs a CUDA GPU; use --cpu-smoke on the CPU")
-        device, lowp = "cuda", torch.bfloat16
+        device, lowp = "cuda", getattr(torch, args.fast_dtype)
         cfg = dict(steps=args.steps, batch=64, n_keys=64, n_pairs=32, n_queries=64, d_model=128, H=2, K=32,
                    V=32, chunk=64, lr=2e-3, seed=args.seed)
         window = args.window

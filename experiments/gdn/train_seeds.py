@@ -50,6 +50,9 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "results" / "gdn"))
     ap.add_argument("--name", default="train_seeds.json")
     ap.add_argument("--cpu-smoke", action="store_true")
+    ap.add_argument("--fp32-control", action="store_true",
+                    help="add the variant 'fast_fp32': the default launch tables with float32 recurrence inputs "
+                         "on the fast path (what the kernels add without the bf16 rounding of their inputs)")
     ap.add_argument("--steps", type=int, default=None, help="steps per run (default: train_family's)")
     args = ap.parse_args(argv)
     import importlib.util
@@ -59,6 +62,8 @@ def main(argv=None):
     spec.loader.exec_module(tf)
 
     variants = [("default", [])] + [parse_variant(v) for v in args.variant]
+    if args.fp32_control:
+        variants.append(("fast_fp32", []))
     seeds = [int(s) for s in args.seeds.split(",")]
     rows, config, t0 = [], None, time.time()
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,6 +71,7 @@ def main(argv=None):
             for vname, launches in variants:
                 cli = ["--members", args.member, "--seed", str(seed), "--out", tmp, "--name", "run.json"]
                 cli += [x for lv in launches for x in ("--launch", lv)]
+                cli += ["--fast-dtype", "float32"] if vname == "fast_fp32" else []
                 cli += ["--cpu-smoke"] if args.cpu_smoke else []
                 cli += ["--steps", str(args.steps)] if args.steps else []
                 summary, results = tf.main(cli)
@@ -73,7 +79,7 @@ def main(argv=None):
                 config = {k: v for k, v in summary["config"].items() if k != "seed"}
                 rows.append({
                     "member": args.member, "seed": seed, "variant": vname,
-                    "launch_overrides": summary["launch_overrides"],
+                    "launch_overrides": summary["launch_overrides"], "fast_dtype": summary["config"]["fast_dtype"],
                     "max_window_curve_dev_rel": r["max_window_curve_dev_rel"],
                     "curve_match": r["curve_match"], "pass": r["pass"],
                     "last_window_loss_fast": r["last_window_loss_fast"],

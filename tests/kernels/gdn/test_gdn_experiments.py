@@ -181,8 +181,9 @@ def test_train_seeds_parses_variants_and_writes_one_row_per_seed_and_variant(tmp
     with pytest.raises(SystemExit, match="--variant"):
         mod.parse_variant("novariant")
     doc = mod.main(["--cpu-smoke", "--member", "la", "--seeds", "1,2", "--steps", "2", "--out", str(tmp_path),
-                    "--variant", "s3x=state_fwd_kernel:PREC=tf32x3"])
-    assert [(r["seed"], r["variant"]) for r in doc["rows"]] == [(1, "default"), (1, "s3x"), (2, "default"),
-                                                                (2, "s3x")]
+                    "--variant", "s3x=state_fwd_kernel:PREC=tf32x3", "--fp32-control"])
+    assert [(r["seed"], r["variant"]) for r in doc["rows"]] == [
+        (1, "default"), (1, "s3x"), (1, "fast_fp32"), (2, "default"), (2, "s3x"), (2, "fast_fp32")]
+    assert doc["rows"][2]["fast_dtype"] == "float32"
     assert doc["rows"][1]["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32x3"}}
     assert (tmp_path / "train_seeds.json").exists() and (tmp_path / "train_seeds.provenance.json").exists()
