@@ -157,8 +157,8 @@ def main(argv=None):
                          "repeat bit for bit (fast_repeat_bitwise, ref_repeat_bitwise)")
     args = ap.parse_args(argv)
     # Deterministic kernels everywhere, so that a verdict near the tolerance is the same verdict on every run:
-    # without this the float32 reference's own curve differed between two runs of one commit (cuBLAS workspace
-    # and atomics in PyTorch backward kernels), enough to move the GDN window deviation by 2-5 points.
+    # without this the float32 reference's own curve differed between two runs of one commit (PyTorch's default
+    # CUDA kernels may use cuBLAS workspaces or atomics), enough to move the GDN window deviation by 2-5 points.
     # CUBLAS_WORKSPACE_CONFIG must be set before the first cuBLAS handle exists, i.e. before any CUDA matmul.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.cpu_smoke:  # before the kernels are imported (the launch tables live beside them)

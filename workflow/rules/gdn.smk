@@ -13,6 +13,12 @@ _GDN_LADDER_HYBRID_TC = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_hybrid_tc.json")
 )
 _GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
+_GDN_TRAIN_SEEDS = sorted(
+    f"results/gdn/{f}"
+    for f in (_gdn_os.listdir(_gdn_os.path.join(workflow.basedir, "results", "gdn"))
+              if _gdn_os.path.isdir(_gdn_os.path.join(workflow.basedir, "results", "gdn")) else [])
+    if f.startswith("train_seeds") and f.endswith(".json") and not f.endswith(".provenance.json")
+)
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
@@ -26,6 +32,7 @@ RENDER_TARGETS.extend(
     + ([f"paper/tables/gdn_ladder_native.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_NATIVE else [])
     + ([f"paper/tables/gdn_ladder_hybrid_tc.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_HYBRID_TC else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
+    + ([f"paper/tables/gdn_training_seeds.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN_SEEDS else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
     + (
         [f"paper/tables/gdn_fla_bench.{ext}" for ext in ("md", "tex")]
@@ -99,6 +106,22 @@ rule gdn_training_table:
         table="training",
     log:
         "logs/gdn/training_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_training_seeds_table:
+    conda:
+        CONDA_ENV
+    input:
+        studies=_GDN_TRAIN_SEEDS,
+    output:
+        md="paper/tables/gdn_training_seeds.md",
+        tex="paper/tables/gdn_training_seeds.tex",
+    params:
+        table="training_seeds",
+    log:
+        "logs/gdn/training_seeds_table.log",
     script:
         "../scripts/gdn_render.py"
 

@@ -53,4 +53,43 @@ rule gdn_train_family:
     resources:
         gpu=1,
     shell:
-        "python3 {input.script} --out {params.out} > {log} 2>&1"
+        "python3 {input.script} --out {params.out} --repeat > {log} 2>&1"
+
+
+# Seed study of the GDN curve check (docs/gdn.md §5): the current forward against the A/W/U/state products at
+# 3xTF32, and against float32 recurrence inputs (the control).
+rule gdn_train_seeds:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/train_seeds.py",
+    output:
+        result="results/gdn/train_seeds.json",
+        provenance="results/gdn/train_seeds.provenance.json",
+    params:
+        out="results/gdn",
+        variant="fwd3x=wy_a_kernel:PREC=tf32x3,wy_apply_kernel:PREC=tf32x3,state_fwd_kernel:PREC=tf32x3",
+    log:
+        "logs/gdn/train_seeds.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 {input.script} --out {params.out} --variant {params.variant} > {log} 2>&1"
+
+
+rule gdn_train_seeds_fp32control:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/train_seeds.py",
+    output:
+        result="results/gdn/train_seeds_fp32control.json",
+        provenance="results/gdn/train_seeds_fp32control.provenance.json",
+    params:
+        out="results/gdn",
+    log:
+        "logs/gdn/train_seeds_fp32control.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 {input.script} --out {params.out} --fp32-control --name train_seeds_fp32control.json > {log} 2>&1"

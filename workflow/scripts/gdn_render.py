@@ -21,5 +21,8 @@ elif snakemake.params.table == "fla_bench":
     summary, provenance, rows = fla_bench.load_run(Path(snakemake.input.summary).parent)
     fla_bench.render_fla_bench(summary, provenance, rows, out.md, out.tex)
     fla_bench.render_fla_bench_figure(summary, rows, Path(out.png).parent, Path(out.png).stem)
+elif snakemake.params.table == "training_seeds":
+    tables.render_training_seeds([json.loads(Path(f).read_text()) for f in snakemake.input.studies], out.md,
+                                 out.tex)
 else:
     tables.render_training(json.loads(Path(snakemake.input.train).read_text()), out.md, out.tex)
