@@ -18,11 +18,15 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_fwd import from_internal, to_internal
+from .fwd_options import KERNEL_PRECISIONS
+from .triton_fwd import _dot, from_internal, to_internal
 
 # The intra-chunk backward holds the most dot operands at once: compiled ahead of time for sm_90 with d_k = 128,
 # chunk 64, it needs 262,144 B of shared memory with 3xTF32 dots (limit 232,448 B) and 200,704 B with TF32.
-# So where the other stages use 3xTF32, this one falls back to TF32 (float32 accumulation either way).
+# So where the other stages use 3xTF32, this one falls back to TF32 (float32 accumulation either way), unless its
+# launch entry names a precision (BWD_LAUNCH["intra_bwd_kernel"]["PREC"]: None follows this mapping; "tf32rn"
+# rounds the operands to nearest before the single pass; "tf32x3" fits in shared memory only at 4 warps, 196,608 B
+# with heavy spills -- experiments/gdn/intra_precision.py measures what each costs and buys).
 INTRA_PRECISION = {"tf32x3": "tf32"}
 
 # Launch configuration ("BV" an upper bound), from ahead-of-time compiles for sm_90a at d_k = 128, chunk 64,
@@ -35,9 +39,19 @@ INTRA_PRECISION = {"tf32x3": "tf32"}
 # V-blocks as before, so numerics are unchanged.
 BWD_LAUNCH = {
     "state_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
-    "intra_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
+    "intra_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1, PREC=None),
     "bwd_tail_kernel": dict(num_warps=8, num_stages=1),
 }
+
+
+def intra_precision(dot_precision: str) -> str:
+    """The tl.dot precision ``intra_bwd_kernel`` runs at under the forward's ``dot_precision``: its launch entry's
+    PREC when set, else INTRA_PRECISION's fallback."""
+    prec = BWD_LAUNCH["intra_bwd_kernel"].get("PREC") or INTRA_PRECISION.get(dot_precision, dot_precision)
+    if prec not in KERNEL_PRECISIONS:
+        raise ValueError(f"BWD_LAUNCH['intra_bwd_kernel']['PREC'] must be None or one of {KERNEL_PRECISIONS}, "
+                         f"got {prec!r}")
+    return prec
 
 
 @triton.jit
@@ -116,30 +130,30 @@ def intra_bwd_kernel(q_ptr, k_ptr, gam_ptr, e_ptr, u_ptr, T_ptr, H_ptr, D_ptr, D
         d = tl.load(D_ptr + offv)
         dd = tl.load(DD_ptr + offv)
         do = tl.load(DO_ptr + offv)
-        dP += tl.dot(do, tl.trans(d), input_precision=PREC)
-        dQg += tl.dot(do, tl.trans(S), input_precision=PREC)
-        dKend += tl.dot(d, tl.trans(dSn), input_precision=PREC)
+        dP += _dot(do, tl.trans(d), PREC)
+        dQg += _dot(do, tl.trans(S), PREC)
+        dKend += _dot(d, tl.trans(dSn), PREC)
         dGC += tl.sum(S * dSn, 1)
         if HAS_ERASE:
             u = tl.load(u_ptr + offv)
-            dW -= tl.dot(dd, tl.trans(S), input_precision=PREC)
-            dTu += tl.dot(dd, tl.trans(u), input_precision=PREC)
-            tl.store(DU_ptr + offv, tl.dot(TmT, dd, input_precision=PREC))
+            dW -= _dot(dd, tl.trans(S), PREC)
+            dTu += _dot(dd, tl.trans(u), PREC)
+            tl.store(DU_ptr + offv, _dot(TmT, dd, PREC))
         else:
             tl.store(DU_ptr + offv, dd)
     dP = tl.where(rows[:, None] >= rows[None, :], dP, 0.0)
-    dQg += tl.dot(dP, Kg, input_precision=PREC)
-    dKg = tl.dot(tl.trans(dP), Qg, input_precision=PREC)
+    dQg += _dot(dP, Kg, PREC)
+    dKg = _dot(tl.trans(dP), Qg, PREC)
     dgamC = tl.sum(dKend * Kend, 0) + dGC * tl.exp(gamC)
     dgam = dQg * Qg - dKend * Kend
     if HAS_ERASE:
         Xe = tl.load(e_ptr + offk) * Gam
-        dT = tl.dot(dW, tl.trans(Xe), input_precision=PREC) + dTu
-        dXe = tl.dot(TmT, dW, input_precision=PREC)
-        dA = -tl.dot(tl.dot(TmT, dT, input_precision=PREC), TmT, input_precision=PREC)
+        dT = _dot(dW, tl.trans(Xe), PREC) + dTu
+        dXe = _dot(TmT, dW, PREC)
+        dA = -_dot(_dot(TmT, dT, PREC), TmT, PREC)
         dA = tl.where(rows[:, None] > rows[None, :], dA, 0.0)
-        dXe += tl.dot(dA, Kg, input_precision=PREC)
-        dKg += tl.dot(tl.trans(dA), Xe, input_precision=PREC)
+        dXe += _dot(dA, Kg, PREC)
+        dKg += _dot(tl.trans(dA), Xe, PREC)
         dgam += dXe * Xe
         tl.store(DE_ptr + offk, dXe * Gam)
     dgam -= dKg * Kg
@@ -214,7 +228,7 @@ def triton_chunk_bwd(do, ctx, dS_final=None, scan=None, fused_tail=False):
     BV = min(V, BWD_LAUNCH["state_bwd_kernel"]["BV"])  # the reverse scan holds more tiles than the forward one
     BVi = min(V, BWD_LAUNCH["intra_bwd_kernel"]["BV"])
     launch = lambda name: {k: BWD_LAUNCH[name][k] for k in ("num_warps", "num_stages")}  # noqa: E731
-    prec_intra = INTRA_PRECISION.get(prec, prec)
+    prec_intra = intra_precision(prec)
     has_erase = ctx["Tm"] is not None
     doi = to_internal(do, C)
     if scan is not None:

@@ -187,3 +187,38 @@ def test_train_seeds_parses_variants_and_writes_one_row_per_seed_and_variant(tmp
     assert doc["rows"][2]["fast_dtype"] == "float32"
     assert doc["rows"][1]["launch_overrides"] == {"state_fwd_kernel": {"PREC": "tf32x3"}}
     assert (tmp_path / "train_seeds.json").exists() and (tmp_path / "train_seeds.provenance.json").exists()
+
+
+def test_intra_precision_parses_cells_and_variants_and_needs_the_gpu(tmp_path, monkeypatch):
+    import torch
+
+    mod = _load("intra_precision")
+    assert mod.parse_cells("sgdn:128:4096,gdn:64:1024") == [("sgdn", 128, 4096), ("gdn", 64, 1024)]
+    with pytest.raises(SystemExit, match="--cells"):
+        mod.parse_cells("sgdn:128")
+    assert mod.parse_variant("rn=intra_bwd_kernel:PREC=tf32rn,num_warps=4") == (
+        "rn", {"intra_bwd_kernel": {"PREC": "tf32rn", "num_warps": 4}})
+    for bad in ("default=intra_bwd_kernel:PREC=tf32rn", "rn", "rn=intra_bwd_kernel:PRECC=tf32rn"):
+        with pytest.raises(SystemExit, match="--variant"):
+            mod.parse_variant(bad)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="CUDA GPU"):
+        mod.main(["--out", str(tmp_path)])
+
+
+def test_intra_precision_cpu_smoke_checks_then_times_each_variant(tmp_path):
+    summary, rows = _load("intra_precision").main([
+        "--cpu-smoke", "--out", str(tmp_path), "--cells", "gdn:16:32,sgdn:16:32", "--dk", "16", "--heads", "1",
+        "--sets", "2", "--warmup", "0", "--reps", "1", "--variant", "rn=intra_bwd_kernel:PREC=tf32rn"])
+    cells = [r for r in rows if r["kind"] == "cell"]
+    assert [(r["member"], r["variant"]) for r in cells] == [("gdn", "default"), ("gdn", "rn"), ("sgdn", "default"),
+                                                           ("sgdn", "rn")]
+    by = {(r["member"], r["variant"]): r for r in cells}
+    assert by[("gdn", "default")]["intra_precision"] == "tf32" and by[("gdn", "rn")]["intra_precision"] == "tf32rn"
+    for r in cells:
+        assert r["bitwise_repeat"] and len(r["bwd_ms_median_per_set"]) == 2
+        assert set(r["errors"]) == ({"o", "dq", "dk", "dv", "dg", "db", "dw"} if r["member"] == "gdn"
+                                    else {"o", "dq", "dk", "dv", "dg", "dbeta"})
+        # float32 through the interpreter (no TF32 truncation there): float32-grade, TF32-rn grade with rounding
+        assert r["worst_rel_err"] < (5e-3 if r["variant"] == "rn" else 1e-4), r
+    assert summary["n_cells"] == 4 and (tmp_path / "rows.jsonl").read_text().count("\n") == 4

@@ -473,3 +473,34 @@ def test_problems_past_32_bit_indexing_are_refused_before_anything_runs():
         triton_fwd.triton_chunk_fwd(*x, chunk=64)
     with pytest.raises(ValueError, match="32-bit"):
         NativeGDN.forward(*x, None, 64, None)
+
+
+def test_intra_backward_precision_follows_its_launch_entry():
+    # PREC None keeps the TF32 fallback; an explicit PREC (here TF32 rounded to nearest) reaches the kernel and is
+    # recorded; a misspelt one is refused before anything launches
+    from kernels.gdn.launch_tables import overridden
+    from kernels.gdn.triton_bwd import BWD_LAUNCH, intra_precision
+
+    assert BWD_LAUNCH["intra_bwd_kernel"]["PREC"] is None
+    assert intra_precision("tf32x3") == "tf32" and intra_precision("ieee") == "ieee"
+    q, k, v, g, b, w, _ = make_inputs(T=40, K=16, V=16)
+    gen = torch.Generator().manual_seed(5)
+    do = torch.randn(1, 40, 2, 16, generator=gen, dtype=torch.float64)
+    _, _, ctx64 = chunked.chunk_fwd(q, k, v, g, b, w, chunk=16)
+    ref = chunked.chunk_bwd(do, ctx64, None)
+    f = lambda x: x.float().to(DEV)  # noqa: E731
+    _, _, tctx = triton_chunk_fwd(*(f(x) for x in (q, k, v, g, b, w)), chunk=16)
+    base = triton_chunk_bwd(f(do), tctx)
+    assert tctx["bwd_intra_precision"] == "tf32"
+    with overridden({"intra_bwd_kernel": {"PREC": "tf32rn"}}):
+        assert intra_precision("tf32x3") == "tf32rn"
+        rn = triton_chunk_bwd(f(do), tctx)
+    assert tctx["bwd_intra_precision"] == "tf32rn"
+    changed = False
+    for name, got, want, r in zip(("dq", "dk", "dv", "dg", "db", "dw"), rn, base, ref, strict=False):
+        # operands rounded to 10 mantissa bits: TF32-grade agreement with float64, and not the default's bits
+        assert rel_err(got.cpu(), r) < 5e-3, name
+        changed |= not torch.equal(got, want)
+    assert changed
+    with overridden({"intra_bwd_kernel": {"PREC": "tf32_rn"}}), pytest.raises(ValueError, match="PREC"):
+        triton_chunk_bwd(f(do), tctx)

@@ -1,0 +1,193 @@
+"""What the Triton backward's intra-chunk kernel gains and costs at each dot precision (H200).
+
+``intra_bwd_kernel`` runs its products in single-pass TF32 (triton_bwd.INTRA_PRECISION: 3xTF32 does not fit its
+shared memory at 8 warps). fla_compare part (a) found our one cell above the 5e-3 pin there -- sgdn, d_v 128,
+T 4096, dbeta 5.97e-3 -- while the same cell through the float32 torch path is within 4e-7 of float64 and the
+bf16 rounding of the result alone is 2.85e-3 (CPU replay, docs/gdn.md §8). Variants of the kernel's launch entry
+("default" plus ``--variant NAME=intra_bwd_kernel:KEY=VAL[,...]``, e.g. PREC=tf32rn, or PREC=tf32x3,num_warps=4)
+are compared per cell:
+
+1. correctness first: o and every input gradient of ``chunk_family(backend="triton")`` against the float64
+   oracle (recurrent loop, fla_compare's inputs and metric), each variant run twice and required to repeat bit
+   for bit;
+2. then the backward's time: CUDA events around ``torch.autograd.grad`` (the forward outside the timed region),
+   ``--warmup`` launches first, the median over ``--reps`` launches on each of ``--sets`` input sets.
+
+    python experiments/gdn/intra_precision.py --out results/gdn/intra_precision \\
+        --cells sgdn:128:4096,gdn:128:4096 --variant rn=intra_bwd_kernel:PREC=tf32rn
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+for p in (str(ROOT / "src"), str(ROOT)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+SCHEMA = "lethe.gdn.intra_precision/1"
+PIN = 5e-3  # the ladder's end-to-end pin
+
+
+def _fla_compare():
+    spec = importlib.util.spec_from_file_location("fla_compare_for_intra", ROOT / "experiments/gdn/fla_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # its dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def parse_cells(text: str) -> list[tuple[str, int, int]]:
+    """``member:d_v:T,...`` -> [(member, d_v, T), ...]."""
+    cells = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            raise SystemExit(f"--cells: {item!r} is not member:d_v:T")
+        cells.append((parts[0], int(parts[1]), int(parts[2])))
+    return cells
+
+
+def parse_variant(text: str) -> tuple[str, dict]:
+    from kernels.gdn.launch_tables import overrides_from_cli
+
+    name, sep, spec = text.partition("=")
+    if not sep or not name or name == "default":
+        raise SystemExit(f"--variant {text!r}: expected NAME=intra_bwd_kernel:KEY=VAL[,KEY=VAL] (NAME not 'default')")
+    return name, overrides_from_cli([spec], option="--variant")
+
+
+def inputs(fc, member: str, B: int, H: int, K: int, V: int, T: int, seed: int, dtype, device):
+    """fla_compare's inputs for ``member`` (the ladder's float64 masters, rounded to ``dtype``) and the cotangent."""
+    lad = fc._ladder()
+    x = lad.make_inputs(B, T, H, K, V, seed, "cpu", member="ssd" if fc.MEMBERS[member]["scalar_gate"] else member)
+    low = {n: x[n].to(dtype).to(device) for n in fc.MEMBERS[member]["leaves"]}
+    return low, x["do"].to(dtype).to(device)
+
+
+def errors_against(got: dict, ref: dict) -> dict:
+    return {n: float((got[n].double() - ref[n]).abs().max() / ref[n].abs().max()) for n in ref}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "results" / "gdn" / "intra_precision"))
+    ap.add_argument("--cells", default="sgdn:128:4096,gdn:128:4096,kda:64:1024")
+    ap.add_argument("--variant", action="append", default=[])
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--dk", type=int, default=128)
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--sets", type=int, default=2, help="input sets timed (seed, seed+1, ...)")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--budget-s", type=float, default=0.0, help="stop starting cells after this (0: no limit)")
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="run the script's logic on the CPU (Triton interpreter, wall-clock timing): for tests only")
+    args = ap.parse_args(argv)
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        raise SystemExit("intra_precision.py times CUDA kernels: it needs a CUDA GPU")
+    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT
+    from kernels.gdn.launch_tables import overridden
+    from kernels.gdn.triton_bwd import intra_precision
+    from lethe import provenance
+
+    fc = _fla_compare()
+    cells = parse_cells(args.cells)
+    variants = [("default", {})] + [parse_variant(v) for v in args.variant]
+    # bf16 is not trustworthy under the interpreter (pitfalls.md): the smoke run is float32
+    dev, dt = ("cpu", torch.float32) if args.cpu_smoke else ("cuda", torch.bfloat16)
+    K, H = args.dk, args.heads
+    sync = (lambda: None) if args.cpu_smoke else torch.cuda.synchronize
+    scale = K ** -0.5
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows_path = out / "rows.jsonl"
+    rows_path.write_text("")
+    t_start, rows = time.time(), []
+
+    def emit(row):
+        rows.append(row)
+        with rows_path.open("a") as fh:  # one line per measurement: a killed run keeps what it measured
+            fh.write(json.dumps(row, sort_keys=True) + "\n")
+        print(json.dumps(row, sort_keys=True), flush=True)
+
+    for member, V, T in cells:
+        if args.budget_s and time.time() - t_start > args.budget_s:
+            emit({"schema": SCHEMA, "kind": "skip", "member": member, "V": V, "T": T, "reason": "budget"})
+            continue
+        low, do = inputs(fc, member, 1, H, K, V, T, args.seed, dt, dev)
+        leaves64 = {n: t.double().requires_grad_() for n, t in low.items()}
+        ref = fc.oracle_fn(member)(leaves64, scale)
+        grads = torch.autograd.grad(ref, list(leaves64.values()), do.double())
+        ref_t = {"o": ref.detach(), **{"d" + n: g for n, g in zip(leaves64, grads, strict=True)}}
+        del leaves64, ref, grads
+        fn = fc.ours_fn(member, "triton", 64)
+        for vname, launch in variants:
+            with overridden(launch) as entries:
+                results = []
+                for _ in range(2):
+                    lv = {n: t.clone().requires_grad_() for n, t in low.items()}
+                    o = fn(lv, scale)
+                    g = torch.autograd.grad(o, list(lv.values()), do)
+                    results.append({"o": o.detach(), **{"d" + n: x for n, x in zip(lv, g, strict=True)}})
+                sync()
+                bitwise = all(torch.equal(results[0][n], results[1][n]) for n in results[0])
+                errs = errors_against(results[0], ref_t)
+                worst = max(errs, key=errs.get)
+                del results
+                times = []
+                for s in range(args.sets):
+                    lo, d = inputs(fc, member, 1, H, K, V, T, args.seed + s, dt, dev) if s else (low, do)
+                    lv = {n: t.clone().requires_grad_() for n, t in lo.items()}
+                    ms = []
+                    for i in range(args.warmup + args.reps):
+                        o = fn(lv, scale)
+                        sync()
+                        if args.cpu_smoke:
+                            t0 = time.perf_counter()
+                            torch.autograd.grad(o, list(lv.values()), d)
+                            elapsed = 1e3 * (time.perf_counter() - t0)
+                        else:
+                            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                            a.record()
+                            torch.autograd.grad(o, list(lv.values()), d)
+                            b.record()
+                            torch.cuda.synchronize()
+                            elapsed = a.elapsed_time(b)
+                        if i >= args.warmup:
+                            ms.append(elapsed)
+                    times.append(statistics.median(ms))
+                emit({"schema": SCHEMA, "kind": "cell", "member": member, "V": V, "T": T, "B": 1, "H": H, "K": K,
+                      "dtype": str(dt).replace("torch.", ""), "variant": vname, "launch_overrides": launch,
+                      "intra_entry": entries.get("intra_bwd_kernel") or _default_entry(),
+                      # what the kernel's products ran at: the Triton path's dot_precision for bf16 is the default
+                      "intra_precision": intra_precision(DOT_PRECISION_DEFAULT),
+                      "errors": errs, "worst_rel_err": errs[worst], "worst_tensor": worst,
+                      "within_pin": errs[worst] <= PIN, "pin": PIN, "bitwise_repeat": bitwise,
+                      "bwd_ms_median_per_set": times, "bwd_ms": statistics.median(times),
+                      "warmup": args.warmup, "reps": args.reps})
+    summary = {"schema": SCHEMA, "mode": "cpu-smoke" if args.cpu_smoke else "gpu", "args": vars(args), "variants": dict(variants),
+               "seconds": round(time.time() - t_start, 1), "n_cells": sum(r["kind"] == "cell" for r in rows),
+               "skipped": [r for r in rows if r["kind"] == "skip"]}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    provenance.write(out / "provenance.json", experiment="gdn_intra_precision")
+    return summary, rows
+
+
+def _default_entry() -> dict:
+    from kernels.gdn.triton_bwd import BWD_LAUNCH
+
+    return dict(BWD_LAUNCH["intra_bwd_kernel"])
+
+
+if __name__ == "__main__":
+    main()
