@@ -386,7 +386,8 @@ def fla_fn(member: str):
 
 
 def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
-    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member, g broadcast over K).
+    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member with its per-head g,
+    which chunk_family broadcasts over K itself and whose gradient it sums in float32 before rounding).
     ``fwd_options`` (dot_precision, wy_inverse) go to chunk_family unchanged."""
     from kernels.gdn.autograd import chunk_family
 
@@ -394,8 +395,6 @@ def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
 
     def f(x, s):
         g = x.get("g")
-        if member == "sgdn":
-            g = g.unsqueeze(-1).expand(*g.shape, x["q"].shape[-1])
         b = x.get("beta") if m == "kda" else x.get("b")
         return chunk_family(x["q"], x["k"], x["v"], g, b, x.get("w"), member=m, scale=s, chunk=chunk,
                             backend=backend, **fwd_options)[0]

@@ -51,12 +51,44 @@ def _resolve_backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
+def _sums_a_broadcast(member: str, own: list) -> bool:
+    """Whether some gate gradient of ``member`` is a sum over a broadcast axis (see :func:`own_gate_grads`)."""
+    g, b, _ = own
+    return member == "ssd" or (member in ("kda", "gdn") and g is not None and g[0] == 3) or (
+        member == "kda" and b is not None)
+
+
+def own_gate_grads(member: str, own: list, dg, db, dw):
+    """The gradients of the member's own gate tensors from those of the general recurrence's (g, b, w): a
+    gate broadcast over d_k (SSD's g, a scalar g of KDA or GDN) sums dg over d_k; KDA's beta, broadcast into
+    both b (over d_k) and w (over d_v), sums both; gates the member does not take get None. Sums in the
+    gradients' dtype (float32 for 16-bit inputs, see ChunkGDNFunction.backward), each result cast once to its tensor's
+    dtype."""
+    g, b, w = own
+    out = [None, None, None]
+    if g is not None:
+        out[0] = dg.sum(-1) if g[0] == 3 else dg
+    if member == "kda" and b is not None:
+        out[1] = db.sum(-1) + dw.sum(-1)
+    elif member == "gdn":
+        out[1], out[2] = db, dw
+    return [None if x is None or spec is None else x.to(spec[1]) for x, spec in zip(out, own, strict=True)]
+
+
 class ChunkGDNFunction(torch.autograd.Function):
     """Chunked forward + explicit chunked backward of the general recurrence (one Function for all members)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, b, w, initial_state, scale, chunk, backend, dot_precision, wy_inverse,
-                output_precision):
+    def forward(ctx, q, k, v, g_own, b_own, w_own, initial_state, scale, chunk, backend, dot_precision, wy_inverse,
+                output_precision, member):
+        # The member's own gates enter the Function and are broadcast here, so that the backward can sum the
+        # broadcast gradients in float32 before the one rounding to the caller's dtype. Broadcast outside, autograd
+        # would sum gradients already rounded to bf16 -- 128 or 256 roundings of 2^-9 each, with cancellation:
+        # KDA's dbeta at d_v 128, T 4096 was 5.97e-3 from the float64 oracle, against 2.85e-3 for the rounding of
+        # the exact result alone (docs/gdn.md §8).
+        g, b, w = (x if x is None else x.contiguous() for x in gates_for_member(member, q, v, g_own, b_own, w_own))
+        ctx.member = member
+        ctx.own = [(x.dim(), x.dtype) if x is not None else None for x in (g_own, b_own, w_own)]
         if backend == "torch":
             o, S, saved = chunked.chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state)
         elif backend == "triton":
@@ -80,13 +112,15 @@ class ChunkGDNFunction(torch.autograd.Function):
             raise ValueError(backend)
         ctx.saved = saved
         ctx.backend = backend
-        ctx.has_b = b is not None
+        ctx.qkv_dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.has_init = initial_state is not None
         return o, S
 
     @staticmethod
     def backward(ctx, do, dS):
         saved = ctx.saved
+        if _sums_a_broadcast(ctx.member, ctx.own) and saved["dtype"] in (torch.bfloat16, torch.float16):
+            saved["grad_dtype"] = torch.float32  # the backends cast their gradients to this (default: the inputs')
         if ctx.backend == "torch":
             grads = chunked.chunk_bwd(do, saved, dS)
         elif ctx.backend == "triton":
@@ -97,8 +131,10 @@ class ChunkGDNFunction(torch.autograd.Function):
             grads = NATIVE_BACKENDS[_NATIVE_KEYS[ctx.backend]].backward(do, saved, dS)
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
-        return (dq, dk, dv, dg, (db if ctx.has_b else None), dw, (dinit if ctx.has_init else None),
-                None, None, None, None, None, None)
+        dg_own, db_own, dw_own = own_gate_grads(ctx.member, ctx.own, dg, db, dw)
+        dq, dk, dv = (x.to(dt) for x, dt in zip((dq, dk, dv), ctx.qkv_dtypes, strict=True))
+        return (dq, dk, dv, dg_own, db_own, dw_own, (dinit if ctx.has_init else None),
+                None, None, None, None, None, None, None)
 
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
@@ -108,7 +144,7 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
-    KDA g[B,T,H,K] and beta passed as b[B,T,H] (w ignored); GDN g[B,T,H,K] (or [B,T,H]), b[B,T,H,K], w[B,T,H,V].
+    KDA g[B,T,H,K] (or [B,T,H]: the scalar-gate gated delta rule) and beta passed as b[B,T,H] (w ignored); GDN g[B,T,H,K] (or [B,T,H]), b[B,T,H,K], w[B,T,H,V].
     Gradients flow back to the member's own gate tensors through the broadcasts.
 
     ``dot_precision`` and ``wy_inverse`` configure the Triton forward (backends "triton", "hybrid", "hybrid-tc"):
@@ -122,9 +158,8 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
-    gf, bf, wf = gates_for_member(member, q, v, g, b, w)
+    gates_for_member(member, q, v, g, b, w)  # the member's gate shapes checked before any kernel is chosen
     be = _resolve_backend(backend, q)
-    o, S = ChunkGDNFunction.apply(q, k, v, gf.contiguous(), None if bf is None else bf.contiguous(),
-                                  wf.contiguous(), initial_state, scale, chunk, be, dot_precision, wy_inverse,
-                                  output_precision)
+    o, S = ChunkGDNFunction.apply(q, k, v, g, b, w, initial_state, scale, chunk, be, dot_precision, wy_inverse,
+                                  output_precision, member)
     return o, (S if output_final_state else None)

@@ -250,7 +250,7 @@ def chunk_bwd(do, ctx, dS_final=None, scan=None, wy_vjp=None):
     dgam[..., -1, :] = dgam[..., -1, :] + dgamC
     dg = dgam.flip(-2).cumsum(-2).flip(-2)
     dv, dw = du * wc, du * vc
-    dt = ctx["dtype"]
+    dt = ctx.get("grad_dtype") or ctx["dtype"]  # grad_dtype: set by the autograd Function, see there
     out = [_from_chunks(x, T).to(dt) for x in (dq * s, dk, dv, dg)]
     out.append(None if db is None else _from_chunks(db, T).to(dt))
     out.append(_from_chunks(dw, T).to(dt))

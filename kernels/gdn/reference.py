@@ -161,7 +161,7 @@ def gates_for_member(member, q, v, g=None, b=None, w=None):
     """Full per-channel (g, b, w) of the general recurrence that a member's own gates stand for.
 
     Conventions (fla-compatible): LA takes no gate; GLA takes g ``[B,T,H,K]``; SSD takes a scalar log-decay
-    ``g [B,T,H]``; KDA takes g ``[B,T,H,K]`` and beta as ``b [B,T,H]`` (w is ignored and set to beta); GDN takes
+    ``g [B,T,H]``; KDA takes g ``[B,T,H,K]`` (or ``[B,T,H]``, one decay per head) and beta as ``b [B,T,H]`` (w is ignored and set to beta); GDN takes
     g, b ``[B,T,H,K]`` and w ``[B,T,H,V]``. The returned b is ``None`` when the member never erases, which
     lets the chunked paths skip the triangular solve (T = I) instead of solving an identity system.
     """
@@ -179,6 +179,8 @@ def gates_for_member(member, q, v, g=None, b=None, w=None):
     if member == "kda":
         if b is None or b.dim() != 3:
             raise ValueError("KDA takes beta as b of shape [B, T, H]")
+        if g.dim() == 3:  # one decay per head: the scalar-gate gated delta rule (fla's chunk_gated_delta_rule)
+            g = g.unsqueeze(-1).expand(B, T, H, K)
         return g, b.unsqueeze(-1).expand(B, T, H, K), b.unsqueeze(-1).expand(B, T, H, V)
     if member == "gdn":
         if g.dim() == 3:

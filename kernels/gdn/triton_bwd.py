@@ -201,7 +201,8 @@ def bwd_tail_kernel(dq_ptr, dk_ptr, dgam_ptr, de_ptr, k_ptr, b_ptr, du_ptr, w_pt
 def _fused_tail(ctx, dq, dk, dgam, de, du):
     """The backward's tail in one launch of ``bwd_tail_kernel``: (dq, dk, dv, dg, db or None, dw)."""
     B, H, TP, K = dq.shape
-    V, T, C, dt = du.shape[-1], ctx["T"], ctx["C"], ctx["dtype"]
+    V, T, C = du.shape[-1], ctx["T"], ctx["C"]
+    dt = ctx.get("grad_dtype") or ctx["dtype"]
     has_erase = de is not None
     dev = dq.device
     dQ, dK, dG = (torch.empty(B, T, H, K, device=dev, dtype=dt) for _ in range(3))
@@ -262,7 +263,7 @@ def triton_chunk_bwd(do, ctx, dS_final=None, scan=None, fused_tail=False):
     else:
         db = None
     dv, dw = du * ctx["wi"], du * ctx["vi"]
-    dt = ctx["dtype"]
+    dt = ctx.get("grad_dtype") or ctx["dtype"]  # grad_dtype: set by the autograd Function when it sums a broadcast
     out = [from_internal(x, T, dt) for x in (dq, dk, dv, dg)]
     out.append(None if db is None else from_internal(db, T, dt))
     out.append(from_internal(dw, T, dt))

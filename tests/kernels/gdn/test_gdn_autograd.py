@@ -1,0 +1,93 @@
+"""The autograd entry (kernels/gdn/autograd.py): gradients of the members' own gate tensors.
+
+A gate that a member broadcasts (SSD's scalar decay, KDA's beta into both b and w, a per-head decay of KDA or GDN)
+gets the sum of the broadcast gradient. With 16-bit inputs that sum must be taken in float32 and rounded once:
+summing gradients already rounded to bf16 adds one rounding per summed term.
+"""
+
+import pytest
+import torch
+from gdn_helpers import make_inputs, rel_err
+
+from kernels.gdn import reference as R
+from kernels.gdn.autograd import chunk_family
+
+
+def _case(member, scalar_g):
+    q, k, v, g, b, w, beta = make_inputs(T=64, K=32, V=32, scalar_g=scalar_g, seed=7)
+    leaves = dict(q=q, k=k, v=v, g=g)
+    if member == "kda":
+        leaves["b"] = beta
+    do = torch.randn(1, 64, 2, 32, generator=torch.Generator().manual_seed(8), dtype=torch.float64)
+    return leaves, do
+
+
+def _grads(member, leaves, do, dtype, backend="torch", expand_outside=False):
+    lv = {n: t.to(dtype).requires_grad_() for n, t in leaves.items()}
+    args = dict(lv)
+    if expand_outside:  # what a caller broadcasting the gate itself gets: autograd sums in the leaves' dtype
+        K = lv["q"].shape[-1]
+        if args["g"].dim() == 3 and member != "ssd":
+            args["g"] = args["g"].unsqueeze(-1).expand(*args["g"].shape, K)
+    o, _ = chunk_family(**args, member=member, chunk=16, backend=backend)
+    return dict(zip(lv, torch.autograd.grad(o, list(lv.values()), do.to(dtype)), strict=True))
+
+
+def _oracle(member, leaves, do, dtype=torch.float64):
+    """float64 gradients on the inputs as rounded to ``dtype`` (what the candidate received)."""
+    lv = {n: t.to(dtype).double().requires_grad_() for n, t in leaves.items()}
+    g = lv["g"]
+    if member == "kda" and g.dim() == 3:
+        g = g.unsqueeze(-1).expand(*g.shape, lv["q"].shape[-1])
+    o = R.member_reference(member, lv["q"], lv["k"], lv["v"], g, lv.get("b"), None)
+    return dict(zip(lv, torch.autograd.grad(o, list(lv.values()), do.to(dtype).double()), strict=True))
+
+
+@pytest.mark.parametrize("member,scalar_g,gate", [("kda", False, "b"), ("kda", True, "g"), ("kda", True, "b"),
+                                                  ("ssd", True, "g")])
+def test_broadcast_gate_gradient_is_rounded_once(member, scalar_g, gate):
+    leaves, do = _case(member, scalar_g)
+    ref = _oracle(member, leaves, do, torch.bfloat16)[gate]
+    got = _grads(member, leaves, do, torch.bfloat16)[gate]
+    assert got.dtype == torch.bfloat16 and got.shape == leaves[gate].shape
+    # float32 arithmetic and one rounding: almost every element is the float64 value rounded to bf16
+    same = (got == ref.to(torch.bfloat16)).double().mean().item()
+    assert same > 0.97, same
+
+
+def test_kda_takes_a_per_head_decay_like_its_broadcast():
+    leaves, do = _case("kda", True)
+    a = _grads("kda", leaves, do, torch.float32)
+    b = _grads("kda", leaves, do, torch.float32, expand_outside=True)
+    for n in a:
+        assert a[n].shape == b[n].shape == leaves[n].shape
+        assert rel_err(a[n], b[n]) < 1e-6, n
+    ref = _oracle("kda", leaves, do)
+    for n in a:
+        assert rel_err(a[n], ref[n]) < 2e-5, n
+
+
+@pytest.mark.parametrize("member,scalar_g", [("gla", False), ("gdn", False)])
+def test_members_without_a_broadcast_keep_their_gradient_dtype_and_values(member, scalar_g):
+    q, k, v, g, b, w, _ = make_inputs(T=32, K=16, V=16, scalar_g=scalar_g, seed=3)
+    leaves = dict(q=q, k=k, v=v, g=g) | (dict(b=b, w=w) if member == "gdn" else {})
+    do = torch.randn(1, 32, 2, 16, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    lv = {n: t.to(torch.bfloat16).requires_grad_() for n, t in leaves.items()}
+    o, _ = chunk_family(**lv, member=member, chunk=16, backend="torch")
+    grads = torch.autograd.grad(o, list(lv.values()), do.to(torch.bfloat16))
+    assert all(gr.dtype == torch.bfloat16 and gr.shape == lv[n].shape for n, gr in zip(lv, grads, strict=True))
+    ref = _oracle(member, leaves, do, torch.bfloat16) if member != "gdn" else None
+    if ref is not None:
+        for n, gr in zip(lv, grads, strict=True):
+            assert rel_err(gr, ref[n]) < 1e-2, n
+
+
+def test_rounding_before_the_sum_is_what_the_check_above_catches(monkeypatch):
+    # the same check with the float32 sum switched off (gradients rounded to bf16, then summed): it fails
+    from kernels.gdn import autograd
+
+    monkeypatch.setattr(autograd, "_sums_a_broadcast", lambda member, own: False)
+    leaves, do = _case("kda", False)
+    ref = _oracle("kda", leaves, do, torch.bfloat16)["b"]
+    got = _grads("kda", leaves, do, torch.bfloat16)["b"]
+    assert (got == ref.to(torch.bfloat16)).double().mean().item() < 0.9
