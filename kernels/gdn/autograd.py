@@ -51,18 +51,18 @@ def _resolve_backend(backend: str, q: torch.Tensor) -> str:
     return backend
 
 
-def _sums_a_broadcast(member: str, own: list) -> bool:
-    """Whether some gate gradient of ``member`` is a sum over a broadcast axis (see :func:`own_gate_grads`)."""
+def summed_gradients(member: str, own: list) -> tuple[str, ...]:
+    """The general recurrence's gradients that :func:`own_gate_grads` sums over a broadcast axis for ``member``."""
     g, b, _ = own
-    return member == "ssd" or (member in ("kda", "gdn") and g is not None and g[0] == 3) or (
-        member == "kda" and b is not None)
+    scalar_g = g is not None and g[0] == 3 and member in ("ssd", "kda", "gdn")
+    return (("dg",) if scalar_g else ()) + (("db", "dw") if member == "kda" and b is not None else ())
 
 
 def own_gate_grads(member: str, own: list, dg, db, dw):
     """The gradients of the member's own gate tensors from those of the general recurrence's (g, b, w): a
     gate broadcast over d_k (SSD's g, a scalar g of KDA or GDN) sums dg over d_k; KDA's beta, broadcast into
     both b (over d_k) and w (over d_v), sums both; gates the member does not take get None. Sums in the
-    gradients' dtype (float32 for 16-bit inputs, see ChunkGDNFunction.backward), each result cast once to its tensor's
+    gradients' dtype (float32 for 16-bit inputs: ChunkGDNFunction.backward asks the backends for it), each result cast once to its tensor's
     dtype."""
     g, b, w = own
     out = [None, None, None]
@@ -119,8 +119,9 @@ class ChunkGDNFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do, dS):
         saved = ctx.saved
-        if _sums_a_broadcast(ctx.member, ctx.own) and saved["dtype"] in (torch.bfloat16, torch.float16):
-            saved["grad_dtype"] = torch.float32  # the backends cast their gradients to this (default: the inputs')
+        if saved["dtype"] in (torch.bfloat16, torch.float16):
+            # the backends return these in float32 (the others in the inputs' dtype), see own_gate_grads
+            saved["grad_dtypes"] = dict.fromkeys(summed_gradients(ctx.member, ctx.own), torch.float32)
         if ctx.backend == "torch":
             grads = chunked.chunk_bwd(do, saved, dS)
         elif ctx.backend == "triton":

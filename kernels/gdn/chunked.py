@@ -208,6 +208,13 @@ def wy_vjp_torch(dd, ctx):
     return dXe, du, dA
 
 
+def grad_dtype(ctx: dict, name: str):
+    """The dtype a backward returns gradient ``name`` ("dq", "dk", "dv", "dg", "db", "dw") in: the inputs' dtype,
+    unless the autograd Function asked for another in ``ctx["grad_dtypes"]`` (float32 for the gradients it goes on
+    to sum over a broadcast axis, so that they are rounded once, after the sum)."""
+    return ctx.get("grad_dtypes", {}).get(name) or ctx["dtype"]
+
+
 def chunk_bwd(do, ctx, dS_final=None, scan=None, wy_vjp=None):
     """Explicit backward of :func:`chunk_fwd`: (dq, dk, dv, dg, db, dw, d_initial_state), g-shaped dg ``[B,T,H,K]``.
 
@@ -250,9 +257,9 @@ def chunk_bwd(do, ctx, dS_final=None, scan=None, wy_vjp=None):
     dgam[..., -1, :] = dgam[..., -1, :] + dgamC
     dg = dgam.flip(-2).cumsum(-2).flip(-2)
     dv, dw = du * wc, du * vc
-    dt = ctx.get("grad_dtype") or ctx["dtype"]  # grad_dtype: set by the autograd Function, see there
-    out = [_from_chunks(x, T).to(dt) for x in (dq * s, dk, dv, dg)]
-    out.append(None if db is None else _from_chunks(db, T).to(dt))
-    out.append(_from_chunks(dw, T).to(dt))
+    dt = lambda name: grad_dtype(ctx, name)  # noqa: E731
+    out = [_from_chunks(x, T).to(dt(n)) for n, x in zip(("dq", "dk", "dv", "dg"), (dq * s, dk, dv, dg), strict=True)]
+    out.append(None if db is None else _from_chunks(db, T).to(dt("db")))
+    out.append(_from_chunks(dw, T).to(dt("dw")))
     out.append(dinit if ctx["has_init"] else None)
     return tuple(out)

@@ -18,6 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .chunked import grad_dtype
 from .fwd_options import KERNEL_PRECISIONS
 from .triton_fwd import _dot, from_internal, to_internal
 
@@ -202,12 +203,11 @@ def _fused_tail(ctx, dq, dk, dgam, de, du):
     """The backward's tail in one launch of ``bwd_tail_kernel``: (dq, dk, dv, dg, db or None, dw)."""
     B, H, TP, K = dq.shape
     V, T, C = du.shape[-1], ctx["T"], ctx["C"]
-    dt = ctx.get("grad_dtype") or ctx["dtype"]
     has_erase = de is not None
     dev = dq.device
-    dQ, dK, dG = (torch.empty(B, T, H, K, device=dev, dtype=dt) for _ in range(3))
-    dB = torch.empty(B, T, H, K, device=dev, dtype=dt) if has_erase else None
-    dV, dW = (torch.empty(B, T, H, V, device=dev, dtype=dt) for _ in range(2))
+    dQ, dK, dG = (torch.empty(B, T, H, K, device=dev, dtype=grad_dtype(ctx, n)) for n in ("dq", "dk", "dg"))
+    dB = torch.empty(B, T, H, K, device=dev, dtype=grad_dtype(ctx, "db")) if has_erase else None
+    dV, dW = (torch.empty(B, T, H, V, device=dev, dtype=grad_dtype(ctx, n)) for n in ("dv", "dw"))
     bwd_tail_kernel[(B * H, TP // C)](dq, dk, dgam, de if has_erase else dq, ctx["ki"],
                                       ctx["bi"] if has_erase else dq, du, ctx["wi"], ctx["vi"],
                                       dQ, dK, dG, dB if has_erase else dQ, dV, dW, T, H, K=K, V=V, C=C,
@@ -263,9 +263,9 @@ def triton_chunk_bwd(do, ctx, dS_final=None, scan=None, fused_tail=False):
     else:
         db = None
     dv, dw = du * ctx["wi"], du * ctx["vi"]
-    dt = ctx.get("grad_dtype") or ctx["dtype"]  # grad_dtype: set by the autograd Function when it sums a broadcast
-    out = [from_internal(x, T, dt) for x in (dq, dk, dv, dg)]
-    out.append(None if db is None else from_internal(db, T, dt))
-    out.append(from_internal(dw, T, dt))
+    out = [from_internal(x, T, grad_dtype(ctx, n)) for n, x in zip(("dq", "dk", "dv", "dg"), (dq, dk, dv, dg),
+                                                                    strict=True)]
+    out.append(None if db is None else from_internal(db, T, grad_dtype(ctx, "db")))
+    out.append(from_internal(dw, T, grad_dtype(ctx, "dw")))
     out.append(dinit)
     return tuple(out)

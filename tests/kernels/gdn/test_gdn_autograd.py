@@ -22,14 +22,14 @@ def _case(member, scalar_g):
     return leaves, do
 
 
-def _grads(member, leaves, do, dtype, backend="torch", expand_outside=False):
+def _grads(member, leaves, do, dtype, backend="torch", expand_outside=False, **options):
     lv = {n: t.to(dtype).requires_grad_() for n, t in leaves.items()}
     args = dict(lv)
     if expand_outside:  # what a caller broadcasting the gate itself gets: autograd sums in the leaves' dtype
         K = lv["q"].shape[-1]
         if args["g"].dim() == 3 and member != "ssd":
             args["g"] = args["g"].unsqueeze(-1).expand(*args["g"].shape, K)
-    o, _ = chunk_family(**args, member=member, chunk=16, backend=backend)
+    o, _ = chunk_family(**args, member=member, chunk=16, backend=backend, **options)
     return dict(zip(lv, torch.autograd.grad(o, list(lv.values()), do.to(dtype)), strict=True))
 
 
@@ -86,8 +86,49 @@ def test_rounding_before_the_sum_is_what_the_check_above_catches(monkeypatch):
     # the same check with the float32 sum switched off (gradients rounded to bf16, then summed): it fails
     from kernels.gdn import autograd
 
-    monkeypatch.setattr(autograd, "_sums_a_broadcast", lambda member, own: False)
+    monkeypatch.setattr(autograd, "summed_gradients", lambda member, own: ())
     leaves, do = _case("kda", False)
     ref = _oracle("kda", leaves, do, torch.bfloat16)["b"]
     got = _grads("kda", leaves, do, torch.bfloat16)["b"]
     assert (got == ref.to(torch.bfloat16)).double().mean().item() < 0.9
+
+
+def test_triton_backend_sums_the_broadcast_in_float32_too():
+    # fp16 (bf16 is not trustworthy under the CPU interpreter): the Triton path's torch tail casts to grad_dtype.
+    # float32 products throughout ("ieee"), so that the one rounding is the only error worth counting
+    leaves, do = _case("kda", False)
+    ref = _oracle("kda", leaves, do, torch.float16)["b"]
+    got = _grads("kda", leaves, do, torch.float16, backend="triton", dot_precision="ieee")["b"]
+    assert got.dtype == torch.float16
+    assert (got == ref.to(torch.float16)).double().mean().item() > 0.97
+
+
+def test_fused_tail_writes_the_requested_gradient_dtype():
+    # hybrid-tc finishes with the fused tail kernel: it must honour grad_dtypes as the torch tail does
+    from kernels.gdn.reference import gates_for_member
+    from kernels.gdn.triton_bwd import triton_chunk_bwd
+    from kernels.gdn.triton_fwd import triton_chunk_fwd
+
+    leaves, do = _case("kda", False)
+    x = {n: t.to(torch.float16) for n, t in leaves.items()}
+    g, b, w = gates_for_member("kda", x["q"], x["v"], x["g"], x["b"], None)
+    _, _, ctx = triton_chunk_fwd(x["q"], x["k"], x["v"], g.contiguous(), b.contiguous(), w.contiguous(), chunk=16)
+    ctx["grad_dtypes"] = {"db": torch.float32, "dw": torch.float32}
+    tail = triton_chunk_bwd(do.to(torch.float16), ctx)
+    fused = triton_chunk_bwd(do.to(torch.float16), ctx, fused_tail=True)
+    for name, a, c in zip(("dq", "dk", "dv", "dg", "db", "dw"), tail, fused, strict=False):
+        want = torch.float32 if name in ("db", "dw") else torch.float16
+        assert a.dtype == c.dtype == want, name
+        assert rel_err(c, a) < (1e-6 if want == torch.float32 else 1e-3), name
+
+
+def test_only_the_summed_gradients_travel_in_float32():
+    from kernels.gdn.autograd import summed_gradients
+
+    four, three = (4, torch.bfloat16), (3, torch.bfloat16)
+    assert summed_gradients("kda", [four, three, None]) == ("db", "dw")
+    assert summed_gradients("kda", [three, three, None]) == ("dg", "db", "dw")
+    assert summed_gradients("ssd", [three, None, None]) == ("dg",)
+    assert summed_gradients("gdn", [three, four, four]) == ("dg",)
+    assert summed_gradients("gdn", [four, four, four]) == summed_gradients("gla", [four, None, None]) == ()
+    assert summed_gradients("la", [None, None, None]) == ()
