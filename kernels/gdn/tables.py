@@ -205,6 +205,48 @@ def render_training_seeds(studies: list[dict], md_path, tex_path):
                         "tab:gdn-training-seeds", md_path, tex_path, notes)
 
 
+# ------------------------------------------------------------------------ intra-chunk backward precision (H200)
+def intra_precision_rows(rows: list[dict]) -> list[dict]:
+    """One row per (cell, variant) of ``experiments/gdn/intra_precision.py``; the within-pin flag recomputed."""
+    out = []
+    for r in rows:
+        if r.get("kind") != "cell":
+            continue
+        worst = max(r["errors"], key=r["errors"].get)
+        out.append({"member": r["member"], "V": r["V"], "T": r["T"], "variant": r["variant"],
+                    "prec": r["intra_precision"] + (f", {r['intra_entry']['num_warps']} warps"),
+                    "worst": f"{r['errors'][worst]:.2e} ({worst})", "within": "yes" if r["errors"][worst] <= r["pin"]
+                    else "no", "bitwise": "yes" if r["bitwise_repeat"] else "no", "bwd_ms": r["bwd_ms"]})
+    return out
+
+
+INTRA_PRECISION_COLUMNS = [
+    Column("member", "Member", align="l"), Column("V", "d_v", "{:d}"), Column("T", "T", "{:,}"),
+    Column("variant", "Variant", align="l"), Column("prec", "Intra products", align="l"),
+    Column("worst", "Worst vs oracle", align="r"), Column("within", "Within pin", align="c"),
+    Column("bitwise", "Bitwise repeat", align="c"), Column("bwd_ms", "Backward ms", "{:.2f}"),
+]
+
+
+def render_intra_precision(summary: dict, provenance: dict, rows: list[dict], md_path, tex_path):
+    a = summary["args"]
+    notes = [
+        "chunk_family(backend=\"triton\"), bf16, d_k = 128, B = 1, H = 2, chunk 64, fla_compare's inputs; worst "
+        "max-relative error over o and every input gradient against the float64 oracle (recurrent loop); pin "
+        "5e-3. Each variant ran twice and had to repeat bit for bit.",
+        f"Backward time: CUDA events around torch.autograd.grad, median of {a['reps']} after {a['warmup']} "
+        f"warm-up launches, median over {a['sets']} input sets; at this small shape (2 heads), not the "
+        "benchmark's 2^20 head-tokens.",
+        f"Commit {provenance.get('git_sha', '?')[:7]} ({provenance.get('gpu', '?')}, driver "
+        f"{provenance.get('driver', '?')}, torch {provenance.get('torch', '?')}, Triton {provenance.get('triton', '?')}); "
+        "gate gradients then still summed by autograd after the rounding to bf16 (changed at 621acc8, not "
+        "re-measured here).",
+    ]
+    return render_table(intra_precision_rows(rows), INTRA_PRECISION_COLUMNS,
+                        "Precision of the Triton intra-chunk backward kernel: accuracy and time (H200).",
+                        "tab:gdn-intra-precision", md_path, tex_path, notes)
+
+
 # ------------------------------------------------------------------------ fla 0.6.0 against our path (H200)
 _FLA_MEMBER_NOTE = {
     "gdn": "gdn: fla chunk_gdn2 vs ours member gdn (per-channel g, b, w)",

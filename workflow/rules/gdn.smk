@@ -19,6 +19,9 @@ _GDN_TRAIN_SEEDS = sorted(
               if _gdn_os.path.isdir(_gdn_os.path.join(workflow.basedir, "results", "gdn")) else [])
     if f.startswith("train_seeds") and f.endswith(".json") and not f.endswith(".provenance.json")
 )
+_GDN_INTRA = _gdn_os.path.exists(
+    _gdn_os.path.join(workflow.basedir, "results", "gdn", "intra_precision", "summary.json")
+)
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
@@ -33,6 +36,7 @@ RENDER_TARGETS.extend(
     + ([f"paper/tables/gdn_ladder_hybrid_tc.{ext}" for ext in ("md", "tex")] if _GDN_LADDER_HYBRID_TC else [])
     + ([f"paper/tables/gdn_training.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN else [])
     + ([f"paper/tables/gdn_training_seeds.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN_SEEDS else [])
+    + ([f"paper/tables/gdn_intra_precision.{ext}" for ext in ("md", "tex")] if _GDN_INTRA else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
     + (
         [f"paper/tables/gdn_fla_bench.{ext}" for ext in ("md", "tex")]
@@ -122,6 +126,24 @@ rule gdn_training_seeds_table:
         table="training_seeds",
     log:
         "logs/gdn/training_seeds_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_intra_precision_table:
+    conda:
+        CONDA_ENV
+    input:
+        summary="results/gdn/intra_precision/summary.json",
+        rows="results/gdn/intra_precision/rows.jsonl",
+        provenance="results/gdn/intra_precision/provenance.json",
+    output:
+        md="paper/tables/gdn_intra_precision.md",
+        tex="paper/tables/gdn_intra_precision.tex",
+    params:
+        table="intra_precision",
+    log:
+        "logs/gdn/intra_precision_table.log",
     script:
         "../scripts/gdn_render.py"
 

@@ -21,6 +21,10 @@ elif snakemake.params.table == "fla_bench":
     summary, provenance, rows = fla_bench.load_run(Path(snakemake.input.summary).parent)
     fla_bench.render_fla_bench(summary, provenance, rows, out.md, out.tex)
     fla_bench.render_fla_bench_figure(summary, rows, Path(out.png).parent, Path(out.png).stem)
+elif snakemake.params.table == "intra_precision":
+    rows = [json.loads(line) for line in Path(snakemake.input.rows).read_text().splitlines() if line.strip()]
+    tables.render_intra_precision(json.loads(Path(snakemake.input.summary).read_text()),
+                                  json.loads(Path(snakemake.input.provenance).read_text()), rows, out.md, out.tex)
 elif snakemake.params.table == "training_seeds":
     tables.render_training_seeds([json.loads(Path(f).read_text()) for f in snakemake.input.studies], out.md,
                                  out.tex)

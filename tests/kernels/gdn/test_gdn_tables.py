@@ -196,3 +196,31 @@ def test_committed_fla_compare_consistent_and_rendered(tmp_path):
     if (TABLES / "gdn_fla_compare.md").exists():
         assert got.markdown == (TABLES / "gdn_fla_compare.md").read_text()
         assert got.latex == (TABLES / "gdn_fla_compare.tex").read_text()
+
+
+INTRA = RESULTS / "intra_precision"
+
+
+@pytest.mark.skipif(not (INTRA / "summary.json").exists(), reason="no committed intra-precision run")
+def test_committed_intra_precision_run_consistent_rendered_and_repeats_fla_compare(tmp_path):
+    summary = json.loads((INTRA / "summary.json").read_text())
+    prov = json.loads((INTRA / "provenance.json").read_text())
+    rows = [json.loads(x) for x in (INTRA / "rows.jsonl").read_text().splitlines() if x.strip()]
+    cells = [r for r in rows if r["kind"] == "cell"]
+    assert len(cells) == summary["n_cells"] and cells
+    for r in cells:
+        assert r["bitwise_repeat"] and r["worst_rel_err"] == max(r["errors"].values())
+        assert r["within_pin"] == (r["worst_rel_err"] <= r["pin"])
+        assert r["intra_precision"] == (r["intra_entry"].get("PREC") or "tf32")
+    got = tables.render_intra_precision(summary, prov, rows, tmp_path / "t.md", tmp_path / "t.tex")
+    if (TABLES / "gdn_intra_precision.md").exists():
+        assert got.markdown == (TABLES / "gdn_intra_precision.md").read_text()
+    # the default variant is fla_compare's "ours" at another commit with the same kernels and inputs: where the
+    # two runs share a cell they agree bit for bit, tensor by tensor. (Both committed runs predate 621acc8, which
+    # sums the broadcast gate gradients in float32; a newer run of either changes kda/sgdn/ssd gate gradients.)
+    fc = json.loads((FLACMP / "summary.json").read_text())
+    ours = {(r["member"], r["V"], r["T"]): r["errors"] for r in fc["correctness"] if r["impl"] == "ours"}
+    shared = [r for r in cells if r["variant"] == "default" and (r["member"], r["V"], r["T"]) in ours]
+    assert shared
+    for r in shared:
+        assert r["errors"] == ours[(r["member"], r["V"], r["T"])], (r["member"], r["V"], r["T"])
