@@ -222,3 +222,14 @@ def test_intra_precision_cpu_smoke_checks_then_times_each_variant(tmp_path):
         # float32 through the interpreter (no TF32 truncation there): float32-grade, TF32-rn grade with rounding
         assert r["worst_rel_err"] < (5e-3 if r["variant"] == "rn" else 1e-4), r
     assert summary["n_cells"] == 4 and (tmp_path / "rows.jsonl").read_text().count("\n") == 4
+
+
+def test_broadcast_sum_replay_small_cell():
+    mod = _load("broadcast_sum_replay")
+    fc = mod._load("fla_compare")
+    row = mod.replay_cell(fc, "kda", 16, 64, K=16, H=1)
+    e = row["gates"]["dbeta"]
+    assert e["summed_then_rounded"] <= e["summed_after_rounding"]
+    assert e["summed_then_rounded"] <= 1.02 * e["oracle_rounded"]
+    with pytest.raises(SystemExit, match="sgdn and kda"):
+        mod.replay_cell(fc, "gla", 16, 64, K=16, H=1)
