@@ -12,7 +12,7 @@
     | member | fla op | our call |
     |---|---|---|
     | gdn  (full per-channel) | ``fla.ops.gdn2.chunk_gdn2(q, k, v, g, b, w)`` | ``member="gdn"`` |
-    | sgdn (scalar-gate GDN)  | ``fla.ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g[B,T,H], beta)`` | ``member="kda"``, g broadcast over K |
+    | sgdn (scalar-gate GDN)  | ``fla.ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g[B,T,H], beta)`` | ``member="kda"``, per-head g |
     | kda  | ``fla.ops.kda.chunk_kda(q, k, v, g, beta)`` | ``member="kda"`` |
     | gla  | ``fla.ops.gla.chunk_gla(q, k, v, g)`` | ``member="gla"`` |
     | ssd  (scalar decay)     | ``fla.ops.simple_gla.chunk_simple_gla(q, k, v, g=g[B,T,H])`` | ``member="ssd"`` |

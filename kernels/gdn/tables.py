@@ -250,7 +250,7 @@ def render_intra_precision(summary: dict, provenance: dict, rows: list[dict], md
 # ------------------------------------------------------------------------ fla 0.6.0 against our path (H200)
 _FLA_MEMBER_NOTE = {
     "gdn": "gdn: fla chunk_gdn2 vs ours member gdn (per-channel g, b, w)",
-    "sgdn": "sgdn (scalar-gate GDN): fla chunk_gated_delta_rule vs ours member kda with g broadcast over d_k",
+    "sgdn": "sgdn (scalar-gate GDN): fla chunk_gated_delta_rule vs ours member kda with the per-head g (broadcast over d_k)",
     "kda": "kda: fla chunk_kda vs ours member kda",
     "gla": "gla: fla chunk_gla vs ours member gla",
     "ssd": "ssd: fla chunk_simple_gla with a scalar g vs ours member ssd",
