@@ -12,6 +12,8 @@ from gdn_helpers import make_inputs, rel_err
 from kernels.gdn import reference as R
 from kernels.gdn.autograd import chunk_family
 
+DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton tests: a GPU, or the interpreter (conftest.py)
+
 
 def _case(member, scalar_g):
     q, k, v, g, b, w, beta = make_inputs(T=64, K=32, V=32, scalar_g=scalar_g, seed=7)
@@ -22,15 +24,16 @@ def _case(member, scalar_g):
     return leaves, do
 
 
-def _grads(member, leaves, do, dtype, backend="torch", expand_outside=False, **options):
-    lv = {n: t.to(dtype).requires_grad_() for n, t in leaves.items()}
+def _grads(member, leaves, do, dtype, backend="torch", expand_outside=False, device="cpu", **options):
+    lv = {n: t.to(dtype).to(device).requires_grad_() for n, t in leaves.items()}
     args = dict(lv)
     if expand_outside:  # what a caller broadcasting the gate itself gets: autograd sums in the leaves' dtype
         K = lv["q"].shape[-1]
         if args["g"].dim() == 3 and member != "ssd":
             args["g"] = args["g"].unsqueeze(-1).expand(*args["g"].shape, K)
     o, _ = chunk_family(**args, member=member, chunk=16, backend=backend, **options)
-    return dict(zip(lv, torch.autograd.grad(o, list(lv.values()), do.to(dtype)), strict=True))
+    grads = torch.autograd.grad(o, list(lv.values()), do.to(dtype).to(device))
+    return {n: gr.cpu() for n, gr in zip(lv, grads, strict=True)}
 
 
 def _oracle(member, leaves, do, dtype=torch.float64):
@@ -98,7 +101,7 @@ def test_triton_backend_sums_the_broadcast_in_float32_too():
     # float32 products throughout ("ieee"), so that the one rounding is the only error worth counting
     leaves, do = _case("kda", False)
     ref = _oracle("kda", leaves, do, torch.float16)["b"]
-    got = _grads("kda", leaves, do, torch.float16, backend="triton", dot_precision="ieee")["b"]
+    got = _grads("kda", leaves, do, torch.float16, backend="triton", device=DEV, dot_precision="ieee")["b"]
     assert got.dtype == torch.float16
     assert (got == ref.to(torch.float16)).double().mean().item() > 0.97
 
@@ -110,12 +113,12 @@ def test_fused_tail_writes_the_requested_gradient_dtype():
     from kernels.gdn.triton_fwd import triton_chunk_fwd
 
     leaves, do = _case("kda", False)
-    x = {n: t.to(torch.float16) for n, t in leaves.items()}
+    x = {n: t.to(torch.float16).to(DEV) for n, t in leaves.items()}
     g, b, w = gates_for_member("kda", x["q"], x["v"], x["g"], x["b"], None)
     _, _, ctx = triton_chunk_fwd(x["q"], x["k"], x["v"], g.contiguous(), b.contiguous(), w.contiguous(), chunk=16)
     ctx["grad_dtypes"] = {"db": torch.float32, "dw": torch.float32}
-    tail = triton_chunk_bwd(do.to(torch.float16), ctx)
-    fused = triton_chunk_bwd(do.to(torch.float16), ctx, fused_tail=True)
+    tail = triton_chunk_bwd(do.to(torch.float16).to(DEV), ctx)
+    fused = triton_chunk_bwd(do.to(torch.float16).to(DEV), ctx, fused_tail=True)
     for name, a, c in zip(("dq", "dk", "dv", "dg", "db", "dw"), tail, fused, strict=False):
         want = torch.float32 if name in ("db", "dw") else torch.float16
         assert a.dtype == c.dtype == want, name

@@ -83,3 +83,33 @@ def test_precomputed_kend_agrees_within_float32_rounding(monkeypatch, V):
         for a, r in ((S1, S0), (H1, H0), (D1, D0)):
             assert rel_err(a, r) < 1e-5, erase
         assert rel_err(o1.float(), o0.float()) < 2 ** -8, erase
+
+
+def test_broadcast_gate_gradients_summed_before_rounding_on_gpu(monkeypatch):
+    # KDA's beta and a per-head g through the Triton path in bf16: summing the broadcast gradients in float32
+    # (autograd.summed_gradients) must leave them no further from the float64 oracle than summing bf16-rounded
+    # gradients did (the order before 621acc8); the CPU replay predicts the bf16 floor at float32-grade products
+    from kernels.gdn import autograd
+    from kernels.gdn import reference as R
+    from kernels.gdn.autograd import chunk_family
+
+    q, k, v, g, _, _, beta = make_inputs(B=1, T=1024, H=2, K=128, V=128, seed=13, scalar_g=True)
+    do = torch.randn(1, 1024, 2, 128, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    low = {n: t.to(torch.bfloat16) for n, t in dict(q=q, k=k, v=v, g=g, b=beta).items()}
+    ref_l = {n: t.double().requires_grad_() for n, t in low.items()}
+    o = R.member_reference("kda", ref_l["q"], ref_l["k"], ref_l["v"], ref_l["g"].unsqueeze(-1).expand(-1, -1, -1, 128),
+                           ref_l["b"])
+    ref = dict(zip(ref_l, torch.autograd.grad(o, list(ref_l.values()), do.to(torch.bfloat16).double()), strict=True))
+
+    def run():
+        lv = {n: t.cuda().requires_grad_() for n, t in low.items()}
+        out, _ = chunk_family(**lv, member="kda", backend="triton")
+        gr = torch.autograd.grad(out, list(lv.values()), do.to(torch.bfloat16).cuda())
+        return {n: x.cpu() for n, x in zip(lv, gr, strict=True)}
+
+    first = run()
+    monkeypatch.setattr(autograd, "summed_gradients", lambda member, own: ())
+    after = run()
+    for n in ("g", "b"):
+        assert first[n].dtype == torch.bfloat16
+        assert rel_err(first[n], ref[n]) <= rel_err(after[n], ref[n]), n
