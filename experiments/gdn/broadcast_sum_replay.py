@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -76,7 +77,6 @@ def main(argv=None):
     ap.add_argument("--cells", default="sgdn:128:4096,kda:64:1024,sgdn:128:1024")
     ap.add_argument("--out", default=str(ROOT / "results" / "gdn" / "broadcast_sum_replay.json"))
     args = ap.parse_args(argv)
-    os_env_interp = __import__("os").environ.get("TRITON_INTERPRET")
     fc = _load("fla_compare")
     ip = _load("intra_precision")
     t0, rows = time.time(), []
@@ -86,7 +86,7 @@ def main(argv=None):
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema": "lethe.gdn.broadcast_sum_replay/1", "device": "cpu", "path": "chunk_family(backend='torch')",
-           "triton_interpret": os_env_interp, "seconds": round(time.time() - t0, 1), "rows": rows}
+           "triton_interpret": os.environ.get("TRITON_INTERPRET"), "seconds": round(time.time() - t0, 1), "rows": rows}
     out.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     from lethe import provenance
 

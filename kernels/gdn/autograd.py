@@ -112,7 +112,6 @@ class ChunkGDNFunction(torch.autograd.Function):
             raise ValueError(backend)
         ctx.saved = saved
         ctx.backend = backend
-        ctx.qkv_dtypes = (q.dtype, k.dtype, v.dtype)
         ctx.has_init = initial_state is not None
         return o, S
 
@@ -133,7 +132,6 @@ class ChunkGDNFunction(torch.autograd.Function):
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
         dg_own, db_own, dw_own = own_gate_grads(ctx.member, ctx.own, dg, db, dw)
-        dq, dk, dv = (x.to(dt) for x, dt in zip((dq, dk, dv), ctx.qkv_dtypes, strict=True))
         return (dq, dk, dv, dg_own, db_own, dw_own, (dinit if ctx.has_init else None),
                 None, None, None, None, None, None, None)
 
@@ -159,7 +157,6 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
-    gates_for_member(member, q, v, g, b, w)  # the member's gate shapes checked before any kernel is chosen
     be = _resolve_backend(backend, q)
     o, S = ChunkGDNFunction.apply(q, k, v, g, b, w, initial_state, scale, chunk, be, dot_precision, wy_inverse,
                                   output_precision, member)
