@@ -38,12 +38,16 @@ import torch  # noqa: E402
 from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
 
 SCHEMA = "lethe.gdn.triton_aot/1"
-KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel")
+KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel",
+                "sg_a_kernel", "sg_wu_kernel", "sg_state_fwd_kernel", "sg_output_kernel", "sg_state_bwd_kernel",
+                "sg_intra_out_bwd_kernel", "sg_intra_wy_bwd_kernel")
+VARIANTS = ("erase", "noerase", "scalar")
 
 
 def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None,
                             wy_inverse: str = WY_INVERSE_DEFAULT):
-    """The launches ``triton_chunk_fwd`` + ``triton_chunk_bwd`` make for one shape (recorded, not executed)."""
+    """The launches ``triton_chunk_fwd`` + ``triton_chunk_bwd`` make for one shape (recorded, not executed); with
+    ``erase="scalar"`` those of the scalar-gate path (``kernels.gdn.scalar_gate``: KDA with a per-head g)."""
     from kernels.gdn.triton_bwd import triton_chunk_bwd
     from kernels.gdn.triton_fwd import triton_chunk_fwd
     from lethe.aot import record_launches
@@ -52,6 +56,15 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     B, H = 1, 2
     gen = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
+    if erase == "scalar":
+        from kernels.gdn.scalar_gate import sg_chunk_bwd, sg_chunk_fwd
+
+        q, k, v = r(B, T, H, K), r(B, T, H, K), r(B, T, H, V)
+        g, beta = (-0.05 * torch.rand(B, T, H, generator=gen)).to(dtype), torch.rand(B, T, H, generator=gen).to(dtype)
+        with record_launches(execute=False) as launches:
+            o, _, ctx = sg_chunk_fwd(q, k, v, g, beta, chunk=C)
+            sg_chunk_bwd(torch.zeros_like(o), ctx)
+        return list(launches)
     q, k, v = r(B, T, H, K), r(B, T, H, K), r(B, T, H, V)
     g = (-0.05 * torch.rand(B, T, H, K, generator=gen)).to(dtype)
     b = torch.rand(B, T, H, K, generator=gen).to(dtype) if erase else None
@@ -81,11 +94,12 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
     overrides = overrides or {}
     rows, seen = [], {}
     for variant in variants:
-        if variant not in ("erase", "noerase"):
+        if variant not in VARIANTS:
             raise ValueError(f"unknown variant {variant!r}")
     for V, variant, dt in ((V, var, dt) for var in variants for V in dvs for dt in dtypes):
         with overridden(overrides):  # the wrappers derive their launches from the tables
-            recs = record_wrapper_launches(K, V, C, getattr(torch, dt), erase=variant == "erase",
+            recs = record_wrapper_launches(K, V, C, getattr(torch, dt),
+                                           erase="scalar" if variant == "scalar" else variant == "erase",
                                            wy_inverse=wy_inverse)
         for rec in recs:
             name = rec.jit.fn.__name__
@@ -114,7 +128,7 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                 (ptx_dir / f"{name}_V{V}_{variant}_{dt}_{target}.ptx").write_text(
                     compiled_ptx(rec.jit, target, rec.args, kwargs))
             cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "KEND_IN",
-                                          "WRITE_KEND") if k in kwargs}
+                                          "WRITE_KEND", "NATIVE") if k in kwargs}
             row = {"kernel": name, "K": K, "V": V, "chunk": C, "target": target, "variant": variant,
                    "input_dtypes": [dt], "config": cfg, "overridden": name in overrides,
                    "signature_dtypes": sorted({s for s in spec.signature.values() if s.startswith("*")}),
@@ -164,7 +178,8 @@ def main(argv=None):
     ap.add_argument("--kernels", default="", help="comma list; default: every kernel the wrappers launch")
     ap.add_argument("--override", action="append", default=[], help="kernel:KEY=VAL[,KEY=VAL] (what-if configs)")
     ap.add_argument("--variants", default="erase,noerase",
-                    help="erase: b given (KDA/GDN launches); noerase: b=None (LA/GLA/SSD launches)")
+                    help="erase: b given (KDA/GDN launches); noerase: b=None (LA/GLA/SSD launches); scalar: the "
+                         "scalar-gate path (KDA with a per-head g, kernels/gdn/scalar_gate.py)")
     ap.add_argument("--wy-inverse", choices=WY_INVERSES, default=WY_INVERSE_DEFAULT,
                     help="the forward's triangular-inverse kernels")
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")

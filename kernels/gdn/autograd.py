@@ -15,6 +15,10 @@ chunked forward and the explicit chunked backward of the chosen backend:
   tail fused (:class:`kernels.gdn.native.backend.HybridTensorCoreGDN`);
 * ``"auto"``   -- triton on CUDA tensors, torch otherwise.
 
+The scalar-gate gated delta rule (KDA with a per-head g ``[B, T, H]``) takes its own Triton kernels
+(:mod:`kernels.gdn.scalar_gate`) on the Triton-based backends (triton, hybrid, hybrid-tc) unless
+``gate_form="general"``, which keeps the general kernels (the control); ``ctx.pipeline`` records which ran.
+
 Members that never erase (LA, GLA, SSD) pass ``b=None`` down, so the triangular solve is skipped (T = I).
 """
 
@@ -25,7 +29,13 @@ import os
 import torch
 
 from . import chunked
-from .fwd_options import DOT_PRECISION_DEFAULT, OUTPUT_PRECISION_DEFAULT, WY_INVERSE_DEFAULT
+from .fwd_options import (
+    DOT_PRECISION_DEFAULT,
+    GATE_FORM_DEFAULT,
+    GATE_FORMS,
+    OUTPUT_PRECISION_DEFAULT,
+    WY_INVERSE_DEFAULT,
+)
 from .reference import MEMBERS, gates_for_member
 
 BACKENDS = ("auto", "torch", "triton", "native", "hybrid", "hybrid-tc")
@@ -49,6 +59,26 @@ def _resolve_backend(backend: str, q: torch.Tensor) -> str:
     if backend == "auto":
         return "triton" if (q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") else "torch"
     return backend
+
+
+# the backends whose Triton kernels the scalar-gate path replaces for a scalar-gate KDA call
+SCALAR_GATE_BACKENDS = ("triton", "hybrid", "hybrid-tc")
+
+
+def scalar_gate_applies(member: str, g, b, backend: str, q, v, chunk: int, gate_form: str = GATE_FORM_DEFAULT) -> bool:
+    """Whether a call runs on :mod:`kernels.gdn.scalar_gate`: ``gate_form="auto"``, KDA with a per-head g and beta
+    (``[B, T, H]`` both), a Triton-based backend (resolved: "auto" on CUDA is "triton") on CUDA tensors or the CPU
+    interpreter, and d_k, d_v and the chunk powers of two >= 16 (what the kernels take; other sizes keep the general
+    path, which refuses them with its own message)."""
+    if gate_form not in GATE_FORMS:
+        raise ValueError(f"gate_form must be one of {GATE_FORMS}, got {gate_form!r}")
+    if gate_form != "auto" or member != "kda" or backend not in SCALAR_GATE_BACKENDS:
+        return False
+    if g is None or g.dim() != 3 or b is None or b.dim() != 3:
+        return False
+    if not (q.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"):
+        return False
+    return all(d >= 16 and not d & (d - 1) for d in (q.shape[-1], v.shape[-1], chunk))
 
 
 def summed_gradients(member: str, own: list) -> tuple[str, ...]:
@@ -80,7 +110,20 @@ class ChunkGDNFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, g_own, b_own, w_own, initial_state, scale, chunk, backend, dot_precision, wy_inverse,
-                output_precision, member):
+                output_precision, member, gate_form):
+        ctx.backend = backend
+        ctx.has_init = initial_state is not None
+        if scalar_gate_applies(member, g_own, b_own, backend, q, v, chunk, gate_form):
+            from . import scalar_gate
+
+            # the member's own [B, T, H] gates go in as they are: nothing is broadcast, dg and dbeta come back
+            # summed in float32 and are rounded once in backward
+            o, S, saved = scalar_gate.sg_chunk_fwd(q, k, v, g_own, b_own, scale, chunk, initial_state, dot_precision)
+            ctx.pipeline = "scalar-gate"
+            ctx.own = [(x.dim(), x.dtype) if x is not None else None for x in (g_own, b_own, w_own)]
+            ctx.saved = saved
+            return o, S
+        ctx.pipeline = "general"
         # The member's own gates enter the Function and are broadcast here, so that the backward can sum the
         # broadcast gradients in float32 before the one rounding to the caller's dtype. Broadcast outside, autograd
         # would sum gradients already rounded to bf16 -- 128 or 256 roundings of 2^-9 each, with cancellation:
@@ -111,13 +154,19 @@ class ChunkGDNFunction(torch.autograd.Function):
         else:  # pragma: no cover - resolved before
             raise ValueError(backend)
         ctx.saved = saved
-        ctx.backend = backend
-        ctx.has_init = initial_state is not None
         return o, S
 
     @staticmethod
     def backward(ctx, do, dS):
         saved = ctx.saved
+        if ctx.pipeline == "scalar-gate":
+            from .scalar_gate import sg_chunk_bwd
+
+            dq, dk, dv, dg, dbeta, dinit = sg_chunk_bwd(do, saved, dS)
+            ctx.saved = None
+            (_, g_dtype), (_, b_dtype) = ctx.own[0], ctx.own[1]
+            return (dq, dk, dv, dg.to(g_dtype), dbeta.to(b_dtype), None, (dinit if ctx.has_init else None),
+                    None, None, None, None, None, None, None, None)
         if saved["dtype"] in (torch.bfloat16, torch.float16):
             # the backends return these in float32 (the others in the inputs' dtype), see own_gate_grads
             saved["grad_dtypes"] = dict.fromkeys(summed_gradients(ctx.member, ctx.own), torch.float32)
@@ -133,13 +182,13 @@ class ChunkGDNFunction(torch.autograd.Function):
         ctx.saved = None
         dg_own, db_own, dw_own = own_gate_grads(ctx.member, ctx.own, dg, db, dw)
         return (dq, dk, dv, dg_own, db_own, dw_own, (dinit if ctx.has_init else None),
-                None, None, None, None, None, None, None)
+                None, None, None, None, None, None, None, None)
 
 
 def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=None, initial_state=None,
                  output_final_state: bool = False, chunk: int = 64, backend: str = "auto",
                  dot_precision: str = DOT_PRECISION_DEFAULT, wy_inverse: str = WY_INVERSE_DEFAULT,
-                 output_precision: str | None = OUTPUT_PRECISION_DEFAULT):
+                 output_precision: str | None = OUTPUT_PRECISION_DEFAULT, gate_form: str = GATE_FORM_DEFAULT):
     """Run one family member through the chunked forward/backward; returns ``(o, final_state or None)``.
 
     Gates per member (fla-compatible, natural-log decays): LA none; GLA g[B,T,H,K]; SSD g[B,T,H] (scalar per head);
@@ -154,10 +203,14 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     follow the same "auto" rule through their launch entries (kernels/gdn/triton_fwd.FWD_LAUNCH, ``PREC``), so
     bf16/fp16 inputs get TF32 products rounded to nearest in the forward unless ``dot_precision`` is set to
     another value than the default (3xTF32 throughout: docs/gdn.md §3). The torch and native backends ignore them.
+
+    ``gate_form``: "auto" (the default) runs KDA with a per-head g (the scalar-gate gated delta rule) on its own
+    Triton kernels (:mod:`kernels.gdn.scalar_gate`) under the triton, hybrid and hybrid-tc backends; "general"
+    keeps the general kernels there. ``wy_inverse`` and ``output_precision`` do not apply to that path.
     """
     if member not in MEMBERS:
         raise ValueError(f"unknown member {member!r}; expected one of {MEMBERS}")
     be = _resolve_backend(backend, q)
     o, S = ChunkGDNFunction.apply(q, k, v, g, b, w, initial_state, scale, chunk, be, dot_precision, wy_inverse,
-                                  output_precision, member)
+                                  output_precision, member, gate_form)
     return o, (S if output_final_state else None)

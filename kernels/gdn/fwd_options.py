@@ -60,3 +60,10 @@ def resolve_output_precision(output_precision: str | None, dot_precision: str, s
     if output_precision not in OUTPUT_PRECISIONS:
         raise ValueError(f"output_precision must be one of {OUTPUT_PRECISIONS}, got {output_precision!r}")
     return resolve_precision(output_precision, dot_precision, sixteen_bit_inputs)
+
+
+# Which kernels a scalar-gate KDA call (a per-head g [B, T, H]) runs on under the Triton-based backends: "auto" its
+# own (kernels/gdn/scalar_gate.py: bf16 products of the raw inputs, the decays as [C, C] factors), "general" the
+# general per-channel kernels (the control)
+GATE_FORMS = ("auto", "general")
+GATE_FORM_DEFAULT = "auto"

@@ -1,4 +1,5 @@
-"""The Triton wrappers' launch tables -- ``FWD_LAUNCH`` (triton_fwd) and ``BWD_LAUNCH`` (triton_bwd) -- looked up and
+"""The Triton wrappers' launch tables -- ``FWD_LAUNCH`` (triton_fwd), ``BWD_LAUNCH`` (triton_bwd) and ``SG_LAUNCH``
+(scalar_gate; it shares the forward's ``wy_inverse_kernel`` entry) -- looked up and
 temporarily overridden in one place. The wrappers read their entries at call time, so an override inside the
 block changes what they launch: the launch sweep times one entry changed, the ahead-of-time report compiles
 what-if entries."""
@@ -8,13 +9,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from .scalar_gate import SG_LAUNCH
 from .triton_bwd import BWD_LAUNCH
 from .triton_fwd import FWD_LAUNCH
 
 
 def find_table(kernel: str) -> dict | None:
     """The table holding ``kernel``'s entry, or None for a kernel launched with fixed options."""
-    for table in (FWD_LAUNCH, BWD_LAUNCH):
+    for table in (FWD_LAUNCH, BWD_LAUNCH, SG_LAUNCH):
         if kernel in table:
             return table
     return None
@@ -23,7 +25,7 @@ def find_table(kernel: str) -> dict | None:
 def table_for(kernel: str) -> dict:
     table = find_table(kernel)
     if table is None:
-        raise KeyError(f"{kernel!r} has no entry in FWD_LAUNCH or BWD_LAUNCH")
+        raise KeyError(f"{kernel!r} has no entry in FWD_LAUNCH, BWD_LAUNCH or SG_LAUNCH")
     return table
 
 

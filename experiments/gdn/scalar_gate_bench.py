@@ -1,0 +1,324 @@
+"""The scalar-gate gated delta rule on its own kernels (kernels/gdn/scalar_gate.py) against fla's
+``chunk_gated_delta_rule`` and our general kernels, on the H200: correctness first, then time.
+
+Per cell (member sgdn = KDA with a per-head g; bf16; d_k 128; H 2; B*H*T = 2^20 head-tokens by default):
+
+1. correctness, before anything is timed: o and every gradient of the first head of the first sequence against
+   the float64 chunked reference (kernels.gdn.chunked through chunk_family(backend="torch"), itself pinned to the
+   float64 oracle by the CPU tests), max-relative error per tensor, against the ladder's 5e-3 pin; the same for
+   fla; the scalar path run twice on the same inputs must agree bit for bit; every output finite;
+2. timing: backward alone and forward + backward, CUDA events, warm-up, median over rounds rotating over several
+   input sets, for ``ours`` (chunk_family, backend "triton": the scalar-gate kernels), ``general`` (the same call with
+   gate_form="general": our general per-channel kernels) where asked, and ``fla``;
+3. where the time goes: the scalar path's kernels under torch.profiler (per kernel name, summed device time),
+   forward and backward;
+4. launch variants (``--variant name=kernel:KEY=VAL[,KEY=VAL]``, several): each variant's outputs and gradients
+   checked against the default's (max-relative difference, and whether bitwise) before it is timed.
+
+    FLA_DISABLE_BACKEND_DISPATCH=1 LETHE_GIT_SHA=<sha> python3 experiments/gdn/scalar_gate_bench.py --out $OUT/sg
+
+Output: ``scalar_gate_bench.json`` (meta, one row per cell and implementation, the kernel breakdown, the variants)
+and ``provenance.json``. fla must be importable (the wheel unpacked on PYTHONPATH) for the fla rows; without it
+they are recorded as skipped with the import error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+for p in (str(ROOT / "src"), str(ROOT)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+import torch  # noqa: E402
+
+SCHEMA = "lethe.gdn.scalar_gate_bench/1"
+PIN = 5e-3
+
+
+def _load_fla_compare():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("fla_compare", ROOT / "experiments/gdn/fla_compare.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["fla_compare"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def impl_fn(fc, impl: str):
+    if impl == "fla":
+        return fc.fla_fn("sgdn"), True
+    if impl == "ours":
+        return fc.ours_fn("sgdn", "triton", 64), False
+    if impl == "general":
+        return fc.ours_fn("sgdn", "triton", 64, gate_form="general"), False
+    if impl == "general-tc":
+        return fc.ours_fn("sgdn", "hybrid-tc", 64, gate_form="general"), False
+    raise ValueError(impl)
+
+
+def rel(a, b) -> float:
+    a, b = a.double(), b.double()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def run_grads(fc, fn, guarded, leaves, do, scale):
+    with fc._bypass(guarded):
+        o = fn(leaves, scale)
+        grads = torch.autograd.grad(o, list(leaves.values()), do)
+    return {"o": o.detach(), **{f"d{n}": g for n, g in zip(leaves, grads, strict=True)}}
+
+
+def correctness(fc, impls, V, T, args, log) -> list[dict]:
+    """First head of the first sequence against float64 (heads and sequences are independent)."""
+    B = max(1, args.check_head_tokens // (args.H * T))
+    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    scale = args.K ** -0.5
+    sl = lambda t: t[0:1, :, 0:1]  # noqa: E731
+    x64 = {n: sl(t.detach()).double().requires_grad_() for n, t in leaves.items()}
+    ref = run_grads(fc, fc.ours_fn("sgdn", "torch", 64), False, x64, sl(do).double(), scale)
+    rows = []
+    for impl in impls:
+        fn, guarded = impl_fn(fc, impl)
+        got = run_grads(fc, fn, guarded, leaves, do, scale)
+        errs = {n: rel(sl(got[n]), ref[n]) for n in ref}
+        row = {"impl": impl, "V": V, "T": T, "B": B, "errors_vs_float64": {n: float(f"{e:.4g}") for n, e in errs.items()},
+               "worst": max(errs.values()), "worst_tensor": max(errs, key=errs.get),
+               "finite": all(bool(torch.isfinite(x).all()) for x in got.values())}
+        row["within_pin"] = row["finite"] and row["worst"] <= PIN
+        if impl == "ours":
+            again = run_grads(fc, fn, guarded, leaves, do, scale)
+            row["bitwise_repeat"] = all(torch.equal(got[n], again[n]) for n in got)
+        rows.append(row)
+        log(f"check {impl:<8} V={V} T={T}: worst {row['worst']:.3e} ({row['worst_tensor']}) finite={row['finite']}"
+            + (f" repeat-bitwise={row['bitwise_repeat']}" if "bitwise_repeat" in row else ""))
+    return rows
+
+
+def time_impl(fc, impl, V, T, args) -> dict:
+    B = args.head_tokens // (args.H * T)
+    fn, guarded = impl_fn(fc, impl)
+    sets = [fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda")
+            for i in range(args.sets)]
+    scale = args.K ** -0.5
+
+    def fwd(i):
+        with fc._bypass(guarded):
+            return fn(sets[i][0], scale)
+
+    def bwd(o, i):
+        with fc._bypass(guarded):
+            return torch.autograd.grad(o, list(sets[i][0].values()), sets[i][1])
+
+    t0 = time.perf_counter()
+    bwd(fwd(0), 0)
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    for i in range(args.warmup):
+        bwd(fwd(i % args.sets), i % args.sets)
+    torch.cuda.synchronize()
+
+    def timed(region):
+        walls = []
+        for rep in range(args.reps * args.sets):
+            i = rep % args.sets
+            pre = fwd(i) if region == "bwd" else None
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            if region == "bwd":
+                bwd(pre, i)
+            elif region == "fwd":
+                with torch.no_grad():
+                    fwd(i)
+            else:
+                bwd(fwd(i), i)
+            e1.record()
+            torch.cuda.synchronize()
+            walls.append(e0.elapsed_time(e1))
+        return round(statistics.median(walls), 4), [round(min(walls), 4), round(max(walls), 4)]
+
+    row = {"impl": impl, "V": V, "T": T, "B": B, "H": args.H, "K": args.K, "head_tokens": B * args.H * T,
+           "first_call_s": round(first, 2), "input_sets": args.sets, "rounds": args.reps * args.sets}
+    for region in ("fwd", "bwd", "fwd_bwd"):
+        row[f"{region}_ms"], row[f"{region}_spread_ms"] = timed(region)
+    return row
+
+
+def kernel_breakdown(fc, V, T, args) -> dict:
+    """The scalar path's device kernels by name, forward and backward, summed over one call each."""
+    from torch.profiler import ProfilerActivity, profile
+
+    B = args.head_tokens // (args.H * T)
+    fn, _ = impl_fn(fc, "ours")
+    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    scale = args.K ** -0.5
+    o = fn(leaves, scale)
+    torch.autograd.grad(o, list(leaves.values()), do)
+    torch.cuda.synchronize()
+    out = {}
+    for region in ("fwd", "bwd"):
+        o = fn(leaves, scale) if region == "bwd" else None
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            if region == "fwd":
+                o = fn(leaves, scale)
+            else:
+                torch.autograd.grad(o, list(leaves.values()), do)
+            torch.cuda.synchronize()
+        per = {}
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                per[e.name] = per.get(e.name, 0.0) + e.device_time * 1e-3
+        out[region] = {n: round(v, 4) for n, v in sorted(per.items(), key=lambda kv: -kv[1])}
+        out[f"{region}_sum_ms"] = round(sum(per.values()), 4)
+    return out
+
+
+def variants(fc, specs, V, T, args, log) -> list[dict]:
+    from kernels.gdn.launch_tables import overridden, overrides_from_cli
+
+    B = max(1, args.head_tokens // (args.H * T))
+    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    scale = args.K ** -0.5
+    fn, _ = impl_fn(fc, "ours")
+    base = run_grads(fc, fn, False, leaves, do, scale)
+    rows = []
+    for spec in specs:
+        name, _, items = spec.partition("=")
+        ov = overrides_from_cli(items.split(";"), option="--variant")
+        with overridden(ov):
+            try:
+                got = run_grads(fc, fn, False, leaves, do, scale)
+            except Exception as exc:  # a variant that does not compile or launch is recorded, not fatal
+                rows.append({"variant": name, "overrides": ov, "V": V, "T": T, "error": repr(exc)[:300]})
+                log(f"variant {name}: {exc!r}"[:200])
+                continue
+            diff = max(rel(got[n], base[n]) for n in base)
+            bitwise = all(torch.equal(got[n], base[n]) for n in base)
+            row = {"variant": name, "overrides": ov, "V": V, "T": T, "max_rel_vs_default": diff, "bitwise": bitwise}
+            if diff <= args.variant_rel:
+                row.update({k: v for k, v in time_impl(fc, "ours", V, T, args).items()
+                            if k.endswith("_ms") or k.endswith("spread_ms")})
+        rows.append(row)
+        log(f"variant {name} V={V} T={T}: diff {diff:.2e} bitwise={bitwise} fwd_bwd {row.get('fwd_bwd_ms')}")
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--cells", default="128:4096,64:4096,128:1024,128:16384,128:32768",
+                    help="d_v:T pairs, comma-separated")
+    ap.add_argument("--impls", default="ours,fla", help="ours, fla, general (gate_form='general', Triton), "
+                                                      "general-tc (the same on hybrid-tc; needs the CuTe DSL)")
+    ap.add_argument("--check-cells", default="128:4096,64:4096,128:1024,64:1024")
+    ap.add_argument("--breakdown-cells", default="128:4096,64:4096")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="name=kernel:KEY=VAL[,KEY=VAL][;kernel:...] launch variant of the scalar path")
+    ap.add_argument("--variant-cells", default="128:4096")
+    ap.add_argument("--variant-rel", type=float, default=1e-2)
+    ap.add_argument("--head-tokens", type=int, default=2**20)
+    ap.add_argument("--check-head-tokens", type=int, default=2**14)
+    ap.add_argument("--H", type=int, default=2)
+    ap.add_argument("--K", type=int, default=128)
+    ap.add_argument("--sets", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget-s", type=float, default=400)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    logf = open(out / "run.log", "a")
+
+    def log(msg):
+        line = f"[sg {time.strftime('%H:%M:%S')}] {msg}"
+        print(line, flush=True)
+        logf.write(line + "\n")
+        logf.flush()
+
+    cells = lambda s: [tuple(int(x) for x in c.split(":")) for c in s.split(",") if c]  # noqa: E731
+    fc = _load_fla_compare()
+    impls = args.impls.split(",")
+    doc = {"schema": SCHEMA, "meta": {"argv": sys.argv[1:], "pin": PIN, "gpu": torch.cuda.get_device_name(),
+                                      "torch": torch.__version__}, "correctness": [], "timing": [], "breakdown": {},
+           "variants": [], "skipped": []}
+    try:
+        import triton
+
+        doc["meta"]["triton"] = triton.__version__
+        import fla
+
+        doc["meta"]["fla"] = getattr(fla, "__version__", "?")
+    except Exception as exc:  # fla missing: its rows are skipped, the rest runs
+        doc["meta"]["fla_import_error"] = repr(exc)
+        impls = [i for i in impls if i != "fla"]
+    from kernels.gdn.scalar_gate import SG_LAUNCH
+
+    doc["meta"]["sg_launch"] = SG_LAUNCH
+
+    def save():
+        (out / "scalar_gate_bench.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    left = lambda: args.budget_s - (time.time() - t_start)  # noqa: E731
+    for V, T in cells(args.check_cells):
+        if left() < 20:
+            doc["skipped"].append(f"check {V}:{T}: budget")
+            continue
+        doc["correctness"] += correctness(fc, impls, V, T, args, log)
+        save()
+    ok = all(r["within_pin"] and r.get("bitwise_repeat", True) for r in doc["correctness"] if r["impl"] == "ours")
+    doc["meta"]["ours_correct"] = ok
+    if not ok:
+        log("the scalar path failed its correctness check: nothing is timed")
+        save()
+        return doc
+    for V, T in cells(args.cells):
+        for impl in impls:
+            if left() < 25:
+                doc["skipped"].append(f"time {impl} {V}:{T}: budget")
+                continue
+            try:
+                row = time_impl(fc, impl, V, T, args)
+            except Exception as exc:
+                row = {"impl": impl, "V": V, "T": T, "error": repr(exc)[:300]}
+            doc["timing"].append(row)
+            log(f"time {impl:<8} V={V} T={T}: fwd {row.get('fwd_ms')} bwd {row.get('bwd_ms')} "
+                f"fwd+bwd {row.get('fwd_bwd_ms')} ms")
+            save()
+    for V, T in cells(args.breakdown_cells):
+        if left() < 15:
+            doc["skipped"].append(f"breakdown {V}:{T}: budget")
+            continue
+        doc["breakdown"][f"{V}:{T}"] = kb = kernel_breakdown(fc, V, T, args)
+        log(f"breakdown V={V} T={T}: fwd {kb['fwd_sum_ms']} ms, bwd {kb['bwd_sum_ms']} ms")
+        for region in ("fwd", "bwd"):
+            for n, ms in list(kb[region].items())[:8]:
+                log(f"   {region} {ms:8.3f} ms  {n[:90]}")
+        save()
+    for V, T in cells(args.variant_cells) if args.variant else []:
+        if left() < 30:
+            doc["skipped"].append(f"variants {V}:{T}: budget")
+            continue
+        doc["variants"] += variants(fc, [s for s in args.variant], V, T, args, log)
+        save()
+    doc["meta"]["seconds"] = round(time.time() - t_start, 1)
+    save()
+    from lethe import provenance
+
+    provenance.write(out / "provenance.json", experiment="gdn_scalar_gate_bench")
+    log(f"done in {doc['meta']['seconds']} s")
+    return doc
+
+
+if __name__ == "__main__":
+    main()
