@@ -20,7 +20,8 @@ chunk-local cumulative log-decay) or a per-row scale, so here
 Forward: ``sg_a_kernel`` (gc, A = strict_tril(beta_t (k_t . k_s) exp(gc_t - gc_s))), the general path's in-place
 ``wy_inverse_kernel`` (T = (I + A)^{-1}), ``sg_wu_kernel`` (W = T (beta exp(gc) k), U~ = T (beta v)),
 ``sg_state_fwd_kernel`` (the sequential inter-chunk scan, states and delta = U~ - W S_n stored) and
-``sg_output_kernel``. Backward: ``sg_state_bwd_kernel`` (the reverse scan, dS per chunk and d delta) and
+``sg_output_kernel``. Backward: ``sg_dd_local_kernel`` (the output's share of d delta, P^T dO, for all chunks at once),
+``sg_state_bwd_kernel`` (the reverse scan: dS per chunk, the end state's share of d delta) and
 two chunk-local kernels: ``sg_intra_out_bwd_kernel`` (through the output's products and the end state: dq, and dk
 and d gc so far) and ``sg_intra_wy_bwd_kernel`` (the WY / triangular-inverse VJP: dv, dbeta, the rest of dk and
 d gc, dg as its in-chunk reverse sum), which write the gradients in the caller's layout themselves.
@@ -36,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .fwd_options import resolve_precision
-from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, check_index_range, wy_inverse_kernel
+from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, _tf32_nearest, check_index_range, wy_inverse_kernel
 
 # Launch configuration ("BV" an upper bound: min(V, BV)). num_stages=1 as everywhere in the Triton path (the chunk
 # loops are not software-pipelined: see triton_fwd.FWD_LAUNCH). The in-place inverse is the general forward's kernel
@@ -46,7 +47,10 @@ SG_LAUNCH = {
     "sg_wu_kernel": dict(BV=64, num_warps=4, num_stages=1),
     "sg_state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     "sg_output_kernel": dict(BV=64, num_warps=4, num_stages=1),
-    "sg_state_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
+    "sg_dd_local_kernel": dict(BV=64, num_warps=4, num_stages=1),
+    # 4 warps: fwd+bwd 20.19 against 22.48 ms at 8 (H200, d_v 128, T 4k, 2^20 head-tokens, bitwise the same;
+    # results/gdn/scalar_gate/)
+    "sg_state_bwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
     "sg_intra_out_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
     "sg_intra_wy_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
 }
@@ -72,6 +76,27 @@ def _tile(ptr, b, h, t, tmask, cols, T, H, D: tl.constexpr):
     """Rows ``t``, columns ``cols`` of head (b, h) of a contiguous [B, T, H, D] tensor in its own dtype; rows past
     T read as 0."""
     return tl.load(ptr + ((b * T + t[:, None]) * H + h) * D + cols[None, :], mask=tmask[:, None], other=0.0)
+
+
+@triton.jit
+def _rn(x, PREC: tl.constexpr):
+    """``x`` as a TF32 product reads it under ``PREC``: rounded to nearest once for "tf32rn" (so a tile that feeds
+    several products, or an operand stored for later kernels, is rounded once), unchanged otherwise."""
+    if PREC == "tf32rn":
+        return _tf32_nearest(x)
+    else:
+        return x
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """tl.dot on operands already prepared by :func:`_rn` (or exact in TF32: bf16 / fp16 input tiles, whose 8 / 11
+    significant bits fit TF32's 11): with "tf32rn" a single TF32 pass, otherwise ``PREC`` itself. The same result,
+    bit for bit, as ``_dot`` on the unrounded operands, since rounding a TF32 value again changes nothing."""
+    if PREC == "tf32rn":
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
 
 
 @triton.jit
@@ -120,7 +145,8 @@ def sg_a_kernel(k_ptr, g_ptr, beta_ptr, gc_ptr, A_ptr, T, H, K: tl.constexpr, C:
 @triton.jit
 def sg_wu_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, W_ptr, U_ptr, T, H, K: tl.constexpr, V: tl.constexpr,
                  C: tl.constexpr, BV: tl.constexpr, PREC: tl.constexpr):
-    # grid (chunks, B*H): W = T X with X = beta exp(gc) k, and U~ = T (beta v), float32 [B*H, T_pad, .]
+    # grid (chunks, B*H): W = T X with X = beta exp(gc) k, and U~ = T (beta v), float32 [B*H, T_pad, .] (W as
+    # the later products read it: TF32-rounded under "tf32rn")
     n = tl.program_id(0)
     bh = tl.program_id(1)
     NT = tl.num_programs(0)
@@ -135,11 +161,13 @@ def sg_wu_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, W_ptr, U_ptr, T, H, K: 
     gc = tl.load(gc_ptr + row)
     beta = _vec(beta_ptr, b, h, t, tmask, T, H)
     k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K).to(tl.float32)
-    tl.store(W_ptr + row[:, None] * K + ck[None, :], _dot(Tm, (beta * tl.exp(gc))[:, None] * k, PREC))
+    Tm = _rn(Tm, PREC)
+    # W is only ever a product's operand (W S_n forward, W^T d delta backward): stored as those products read it
+    tl.store(W_ptr + row[:, None] * K + ck[None, :], _rn(_mm(Tm, _rn((beta * tl.exp(gc))[:, None] * k, PREC), PREC), PREC))
     for iv in tl.static_range(V // BV):
         cv = iv * BV + tl.arange(0, BV)
         vb = _tile(v_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32) * beta[:, None]
-        tl.store(U_ptr + row[:, None] * V + cv[None, :], _dot(Tm, vb, PREC))
+        tl.store(U_ptr + row[:, None] * V + cv[None, :], _mm(Tm, _rn(vb, PREC), PREC))
 
 
 @triton.jit
@@ -166,12 +194,12 @@ def sg_state_fwd_kernel(k_ptr, gc_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_pt
         t = n * C + r
         row = bh * TP + n * C + r
         offv = row[:, None] * V + cv[None, :]
-        d = tl.load(U_ptr + offv) - _dot(tl.load(W_ptr + row[:, None] * K + ck[None, :]), S, PREC)
+        d = tl.load(U_ptr + offv) - _mm(tl.load(W_ptr + row[:, None] * K + ck[None, :]), _rn(S, PREC), PREC)
         tl.store(D_ptr + offv, d)
         gc = tl.load(gc_ptr + row)
         gC = tl.load(gc_ptr + bh * TP + n * C + C - 1)
         k = _tile(k_ptr, b, h, t, t < T, ck, T, H, K).to(tl.float32)
-        S = tl.exp(gC) * S + _dot(tl.trans(k), d * tl.exp(gC - gc)[:, None], PREC)
+        S = tl.exp(gC) * S + _mm(tl.trans(k), _rn(d * tl.exp(gC - gc)[:, None], PREC), PREC)
     tl.store(SF_ptr + offS, S)
 
 
@@ -192,25 +220,50 @@ def sg_output_kernel(q_ptr, k_ptr, gc_ptr, H_ptr, D_ptr, O_ptr, scale, T, H, K: 
     q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
     k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
     gc = tl.load(gc_ptr + bh * NT * C + n * C + r)
-    P = _raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, r, False)
-    qf = q.to(tl.float32)
+    P = _rn(_raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, r, False), PREC)
+    qf = _rn(q.to(tl.float32), PREC)
     sq = scale * tl.exp(gc)
     for iv in tl.static_range(V // BV):
         cv = iv * BV + tl.arange(0, BV)
         S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
         d = tl.load(D_ptr + (bh * NT * C + n * C + r)[:, None] * V + cv[None, :])
-        o = sq[:, None] * _dot(qf, S, PREC) + _dot(P, d, PREC)
+        o = sq[:, None] * _mm(qf, _rn(S, PREC), PREC) + _mm(P, _rn(d, PREC), PREC)
         tl.store(O_ptr + ((b * T + t[:, None]) * H + h) * V + cv[None, :], o.to(O_ptr.dtype.element_ty),
                  mask=tmask[:, None])
 
 
 @triton.jit
+def sg_dd_local_kernel(q_ptr, k_ptr, gc_ptr, DO_ptr, DD_ptr, scale, T, H, K: tl.constexpr, V: tl.constexpr,
+                       C: tl.constexpr, BV: tl.constexpr, NATIVE: tl.constexpr, PREC: tl.constexpr):
+    # grid (chunks, B*H): the output's share of d delta, P^T dO (P = scale (q k^T) * exp(gc_t - gc_s) on s <= t),
+    # for every chunk at once; the reverse scan adds the end state's share. Taking it out of the scan's sequential
+    # loop also stops every V-block's program of the scan from forming P again.
+    n = tl.program_id(0)
+    bh = tl.program_id(1)
+    NT = tl.num_programs(0)
+    b = bh // H
+    h = bh % H
+    r = tl.arange(0, C)
+    t = n * C + r
+    tmask = t < T
+    ck = tl.arange(0, K)
+    q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
+    k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
+    gc = tl.load(gc_ptr + bh * NT * C + n * C + r)
+    PT = tl.trans(_rn(_raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, r, False), PREC))
+    for iv in tl.static_range(V // BV):
+        cv = iv * BV + tl.arange(0, BV)
+        do = _tile(DO_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
+        tl.store(DD_ptr + (bh * NT * C + n * C + r)[:, None] * V + cv[None, :], _mm(PT, do, PREC))
+
+
+@triton.jit
 def sg_state_bwd_kernel(q_ptr, k_ptr, gc_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, DD_ptr, DS0_ptr, scale, T, H,
                         NT: tl.constexpr, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
-                        HAS_DSF: tl.constexpr, NATIVE: tl.constexpr, PREC: tl.constexpr):
+                        HAS_DSF: tl.constexpr, PREC: tl.constexpr):
     # grid (V-blocks, B*H): the reverse scan, dS in float32 registers. Per chunk (last first): store dS (the
-    # gradient at the chunk's end state), d delta = P^T dO + exp(gc_C - gc) (k dS), then
-    # dS <- exp(gc_C) dS + q^T (scale exp(gc) dO) - W^T d delta; the last dS is the initial state's gradient
+    # gradient at the chunk's end state), d delta = P^T dO (from sg_dd_local_kernel, in DD) + exp(gc_C - gc) (k dS),
+    # then dS <- exp(gc_C) dS + q^T (scale exp(gc) dO) - W^T d delta; the last dS is the initial state's gradient
     iv = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -230,17 +283,18 @@ def sg_state_bwd_kernel(q_ptr, k_ptr, gc_ptr, W_ptr, DO_ptr, DSF_ptr, DSN_ptr, D
         t = n * C + r
         tmask = t < T
         row = bh * TP + n * C + r
-        q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
-        k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
+        offv = row[:, None] * V + cv[None, :]
         gc = tl.load(gc_ptr + row)
         gC = tl.load(gc_ptr + bh * TP + n * C + C - 1)
-        P = _raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, r, False)
+        k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K).to(tl.float32)
+        dSr = _rn(dS, PREC)
+        dd = tl.load(DD_ptr + offv) + tl.exp(gC - gc)[:, None] * _mm(k, dSr, PREC)
+        tl.store(DD_ptr + offv, dd)
+        q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K).to(tl.float32)
         do = _tile(DO_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
-        dd = _dot(tl.trans(P), do, PREC) + tl.exp(gC - gc)[:, None] * _dot(k.to(tl.float32), dS, PREC)
-        tl.store(DD_ptr + row[:, None] * V + cv[None, :], dd)
         W = tl.load(W_ptr + row[:, None] * K + ck[None, :])
-        dS = (tl.exp(gC) * dS + _dot(tl.trans(q.to(tl.float32)), do * (scale * tl.exp(gc))[:, None], PREC)
-              - _dot(tl.trans(W), dd, PREC))
+        dS = (tl.exp(gC) * dS + _mm(tl.trans(q), _rn(do * (scale * tl.exp(gc))[:, None], PREC), PREC)
+              - _mm(tl.trans(W), _rn(dd, PREC), PREC))
     tl.store(DS0_ptr + offS, dS)
 
 
@@ -271,28 +325,30 @@ def sg_intra_out_bwd_kernel(q_ptr, k_ptr, gc_ptr, H_ptr, D_ptr, DSN_ptr, DO_ptr,
     dqS = tl.zeros([C, K], dtype=tl.float32)
     dKe = tl.zeros([C, K], dtype=tl.float32)
     dGC = tl.zeros([K], dtype=tl.float32)
-    for iv in tl.static_range(V // BV):
+    for iv in range(V // BV):  # a loop, not unrolled: unrolled, the loads of every V-block were live at once
         cv = iv * BV + tl.arange(0, BV)
         offS = (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]
         S = tl.load(H_ptr + offS)
         dSn = tl.load(DSN_ptr + offS)
-        d = tl.load(D_ptr + row[:, None] * V + cv[None, :])
-        do = _tile(DO_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
-        M += _dot(do, tl.trans(d), PREC)
-        dqS += _dot(do, tl.trans(S), PREC)
-        dKe += _dot(d, tl.trans(dSn), PREC)
         dGC += tl.sum(S * dSn, 1)
+        S = _rn(S, PREC)
+        d = _rn(tl.load(D_ptr + row[:, None] * V + cv[None, :]), PREC)
+        do = _tile(DO_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
+        M += _mm(do, tl.trans(d), PREC)
+        dqS += _mm(do, tl.trans(S), PREC)
+        dKe += _mm(d, tl.trans(_rn(dSn, PREC)), PREC)
     q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
     k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
     qf = q.to(tl.float32)
     kf = k.to(tl.float32)
     eg = tl.exp(gc)
     Mg = M * _decay_pairs(gc, r, False) * scale  # d(q k^T)
-    dq = (scale * eg)[:, None] * dqS + _dot(Mg, kf, PREC)
     Mp = Mg * _raw_dot(q, tl.trans(k), NATIVE, PREC)  # dP * P: the pairwise decays' share of d gc
+    Mg = _rn(Mg, PREC)
+    dq = (scale * eg)[:, None] * dqS + _mm(Mg, kf, PREC)
     dgc = scale * eg * tl.sum(qf * dqS, 1) + tl.sum(Mp, 1) - tl.sum(Mp, 0)
     ek = tl.exp(gC - gc)
-    dk = _dot(tl.trans(Mg), qf, PREC) + ek[:, None] * dKe
+    dk = _mm(tl.trans(Mg), qf, PREC) + ek[:, None] * dKe
     sK = ek * tl.sum(dKe * kf, 1)
     dgc -= sK
     # gc_C is the chunk's last row of gc: its gradient joins that row's before the in-chunk reverse sum
@@ -325,19 +381,18 @@ def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, DD_ptr
     row = bh * TP + n * C + r
     gc = tl.load(gc_ptr + row)
     beta = _vec(beta_ptr, b, h, t, tmask, T, H)
-    Tm = tl.load(Tm_ptr + (bh * NT + n) * C * C + r[:, None] * C + r[None, :])
-    TmT = tl.trans(Tm)
+    TmT = _rn(tl.trans(tl.load(Tm_ptr + (bh * NT + n) * C * C + r[:, None] * C + r[None, :])), PREC)
     dTu = tl.zeros([C, C], dtype=tl.float32)
     dW = tl.zeros([C, K], dtype=tl.float32)
     dbeta = tl.zeros([C], dtype=tl.float32)
-    for iv in tl.static_range(V // BV):
+    for iv in range(V // BV):  # a loop, not unrolled (see sg_intra_out_bwd_kernel)
         cv = iv * BV + tl.arange(0, BV)
-        S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
-        dd = tl.load(DD_ptr + row[:, None] * V + cv[None, :])
+        S = _rn(tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]), PREC)
+        dd = _rn(tl.load(DD_ptr + row[:, None] * V + cv[None, :]), PREC)
         v = _tile(v_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
-        dW -= _dot(dd, tl.trans(S), PREC)
-        dTu += _dot(dd, tl.trans(v * beta[:, None]), PREC)
-        dU = _dot(TmT, dd, PREC)
+        dW -= _mm(dd, tl.trans(S), PREC)
+        dTu += _mm(dd, tl.trans(_rn(v * beta[:, None], PREC)), PREC)
+        dU = _mm(TmT, dd, PREC)
         tl.store(DV_ptr + ((b * T + t[:, None]) * H + h) * V + cv[None, :],
                  (beta[:, None] * dU).to(DV_ptr.dtype.element_ty), mask=tmask[:, None])
         dbeta += tl.sum(dU * v, 1)
@@ -345,13 +400,15 @@ def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, DD_ptr
     kf = k.to(tl.float32)
     eg = tl.exp(gc)
     bg = beta * eg
-    dT = _dot(dW, tl.trans(bg[:, None] * kf), PREC) + dTu
-    dX = _dot(TmT, dW, PREC)
-    dA = -_dot(_dot(TmT, dT, PREC), TmT, PREC)
+    dWr = _rn(dW, PREC)
+    dT = _mm(dWr, tl.trans(_rn(bg[:, None] * kf, PREC)), PREC) + dTu
+    dX = _mm(TmT, dWr, PREC)
+    dA = -_mm(_rn(_mm(TmT, _rn(dT, PREC), PREC), PREC), TmT, PREC)
     Ag = dA * _decay_pairs(gc, r, True)  # d(k k^T) / beta_t, strictly lower
-    dk = tl.load(DKP_ptr + row[:, None] * K + ck[None, :])
-    dk += beta[:, None] * _dot(Ag, kf, PREC) + _dot(tl.trans(Ag), beta[:, None] * kf, PREC) + bg[:, None] * dX
     AgK = Ag * _raw_dot(k, tl.trans(k), NATIVE, PREC)
+    Ag = _rn(Ag, PREC)
+    dk = tl.load(DKP_ptr + row[:, None] * K + ck[None, :])
+    dk += beta[:, None] * _mm(Ag, kf, PREC) + _mm(tl.trans(Ag), _rn(beta[:, None] * kf, PREC), PREC) + bg[:, None] * dX
     Ma = AgK * beta[:, None]  # dA * A
     dXk = tl.sum(dX * kf, 1)
     dbeta += tl.sum(AgK, 1) + eg * dXk
@@ -363,9 +420,12 @@ def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, DD_ptr
     tl.store(DB_ptr + (b * T + t) * H + h, dbeta, mask=tmask)
 
 
-def sg_chunk_fwd(q, k, v, g, beta, scale=None, chunk: int = 64, initial_state=None, dot_precision: str = "tf32x3"):
+def sg_chunk_fwd(q, k, v, g, beta, scale=None, chunk: int = 64, initial_state=None, dot_precision: str = "tf32x3",
+                 prec: str | None = None):
     """Forward; returns ``(o, final_state, ctx)``: o ``[B, T, H, V]`` in q's dtype, the final state ``[B, H, K, V]``
-    in float32, ctx what :func:`sg_chunk_bwd` needs. g and beta ``[B, T, H]`` (natural-log decay, write strength)."""
+    in float32, ctx what :func:`sg_chunk_bwd` needs. g and beta ``[B, T, H]`` (natural-log decay, write strength).
+    The products with a float32 operand run at ``prec`` (None: the forward's "auto" rule for ``dot_precision``;
+    the tests force "tf32rn" on float32 inputs, the interpreter being unreliable in bf16); the backward at the same."""
     B, T, H, K = q.shape
     V = v.shape[-1]
     C = chunk
@@ -374,7 +434,7 @@ def sg_chunk_fwd(q, k, v, g, beta, scale=None, chunk: int = 64, initial_state=No
     if g.shape != (B, T, H) or beta.shape != (B, T, H):
         raise ValueError(f"g and beta must be [B, T, H] = {(B, T, H)}, got {tuple(g.shape)} and {tuple(beta.shape)}")
     sixteen = q.dtype in (torch.bfloat16, torch.float16)
-    prec = resolve_precision("auto", dot_precision, sixteen)
+    prec = prec or resolve_precision("auto", dot_precision, sixteen)
     s = K**-0.5 if scale is None else float(scale)
     q, k, v, g, beta = (x.contiguous() for x in (q, k, v, g, beta))
     TP = T + (-T) % C
@@ -422,9 +482,11 @@ def sg_chunk_bwd(do, ctx, dS_final=None):
     dd = torch.empty_like(ctx["Di"])
     dS0 = torch.empty(B, H, K, V, **f32)
     dSF = dS_final.float().contiguous() if dS_final is not None else dS0
+    sg_dd_local_kernel[(NT, B * H)](q, k, ctx["gc"], do, dd, s, T, H, K=K, V=V, C=C, BV=_bv("sg_dd_local_kernel", V),
+                                    NATIVE=native, PREC=prec, **_launch("sg_dd_local_kernel"))
     BVs = _bv("sg_state_bwd_kernel", V)
     sg_state_bwd_kernel[(V // BVs, B * H)](q, k, ctx["gc"], ctx["Wi"], do, dSF, dSn, dd, dS0, s, T, H, NT=NT, K=K,
-                                           V=V, C=C, BV=BVs, HAS_DSF=dS_final is not None, NATIVE=native, PREC=prec,
+                                           V=V, C=C, BV=BVs, HAS_DSF=dS_final is not None, PREC=prec,
                                            **_launch("sg_state_bwd_kernel"))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dk_part = torch.empty_like(ctx["Wi"])
