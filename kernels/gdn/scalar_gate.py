@@ -45,13 +45,16 @@ from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, _tf32_nearest, check_inde
 SG_LAUNCH = {
     "sg_a_kernel": dict(num_warps=4, num_stages=1),
     "sg_wu_kernel": dict(BV=64, num_warps=4, num_stages=1),
-    "sg_state_fwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
+    # BV 64 (here, in the reverse scan and in the output-side backward kernel): bitwise the BV-32 results, fwd+bwd
+    # 14.86 / 14.22 / 14.97 against 15.21 ms (H200, c20fb82, d_v 128, T 4k, 2^20 head-tokens: results/gdn/scalar_gate/)
+    "sg_state_fwd_kernel": dict(BV=64, num_warps=4, num_stages=1),
     "sg_output_kernel": dict(BV=64, num_warps=4, num_stages=1),
     "sg_dd_local_kernel": dict(BV=64, num_warps=4, num_stages=1),
-    # 4 warps: fwd+bwd 20.19 against 22.48 ms at 8 (H200, d_v 128, T 4k, 2^20 head-tokens, bitwise the same;
-    # results/gdn/scalar_gate/)
-    "sg_state_bwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
-    "sg_intra_out_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
+    # 4 warps: fwd+bwd 20.19 against 22.48 ms at 8 (917623b; bitwise the same)
+    "sg_state_bwd_kernel": dict(BV=64, num_warps=4, num_stages=1),
+    "sg_intra_out_bwd_kernel": dict(BV=64, num_warps=8, num_stages=1),
+    # 8 warps: at 4 the outputs of 917623b's version differed from the 8-warp ones by 0.17 (max-relative), while
+    # the 8-warp results are within 3.1e-3 of float64; not adopted, and re-checked with each new version
     "sg_intra_wy_bwd_kernel": dict(BV=32, num_warps=8, num_stages=1),
 }
 
@@ -360,13 +363,15 @@ def sg_intra_out_bwd_kernel(q_ptr, k_ptr, gc_ptr, H_ptr, D_ptr, DSN_ptr, DO_ptr,
 
 
 @triton.jit
-def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, DD_ptr, DKP_ptr, DGCP_ptr,
+def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, D_ptr, DD_ptr, DKP_ptr, DGCP_ptr,
                            DK_ptr, DV_ptr, DG_ptr, DB_ptr, T, H, K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
                            BV: tl.constexpr, NATIVE: tl.constexpr, PREC: tl.constexpr):
     # grid (chunks, B*H), second chunk-local kernel: the WY step delta = U~ - W S_n, W = T X (X = beta exp(gc) k),
-    # U~ = T (beta v), T = (I + A)^{-1}, A = strict_tril(beta_t (k_t . k_s) exp(gc_t - gc_s)). Contracts over V:
-    # dW = -d delta S_n^T, d delta (beta v)^T and dU = T^T d delta (-> dv, dbeta); then dT, dX, the
-    # triangular-inverse VJP dA = -T^T dT T^T and A's and X's gradients. Completes dk and d gc from
+    # U~ = T U (U = beta v), T = (I + A)^{-1}, A = strict_tril(beta_t (k_t . k_s) exp(gc_t - gc_s)).
+    # With dU = T^T d delta (the gradient of U, -> dv, dbeta):
+    #   dX = T^T dW = -dU S_n^T,    dT = dW X^T + d delta U^T = d delta (U - X S_n)^T = (d delta delta^T) (I + A)^T,
+    # since U - X S_n = T^{-1} delta. So the V loop accumulates dX and the [C, C] d delta delta^T, and A is
+    # rebuilt from k k^T, which A's own gradient needs anyway; then dA = -T^T dT T^T. Completes dk and d gc from
     # sg_intra_out_bwd_kernel, takes dg as the in-chunk reverse sum of d gc and writes dk, dv, dg, dbeta.
     n = tl.program_id(0)
     bh = tl.program_id(1)
@@ -382,30 +387,32 @@ def sg_intra_wy_bwd_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, H_ptr, DD_ptr
     gc = tl.load(gc_ptr + row)
     beta = _vec(beta_ptr, b, h, t, tmask, T, H)
     TmT = _rn(tl.trans(tl.load(Tm_ptr + (bh * NT + n) * C * C + r[:, None] * C + r[None, :])), PREC)
-    dTu = tl.zeros([C, C], dtype=tl.float32)
-    dW = tl.zeros([C, K], dtype=tl.float32)
+    Md = tl.zeros([C, C], dtype=tl.float32)
+    dX = tl.zeros([C, K], dtype=tl.float32)
     dbeta = tl.zeros([C], dtype=tl.float32)
     for iv in range(V // BV):  # a loop, not unrolled (see sg_intra_out_bwd_kernel)
         cv = iv * BV + tl.arange(0, BV)
-        S = _rn(tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]), PREC)
-        dd = _rn(tl.load(DD_ptr + row[:, None] * V + cv[None, :]), PREC)
-        v = _tile(v_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
-        dW -= _mm(dd, tl.trans(S), PREC)
-        dTu += _mm(dd, tl.trans(_rn(v * beta[:, None], PREC)), PREC)
+        offv = row[:, None] * V + cv[None, :]
+        dd = _rn(tl.load(DD_ptr + offv), PREC)
         dU = _mm(TmT, dd, PREC)
+        v = _tile(v_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32)
         tl.store(DV_ptr + ((b * T + t[:, None]) * H + h) * V + cv[None, :],
                  (beta[:, None] * dU).to(DV_ptr.dtype.element_ty), mask=tmask[:, None])
         dbeta += tl.sum(dU * v, 1)
+        S = _rn(tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :]), PREC)
+        dX -= _mm(_rn(dU, PREC), tl.trans(S), PREC)
+        Md += _mm(dd, tl.trans(_rn(tl.load(D_ptr + offv), PREC)), PREC)
     k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
     kf = k.to(tl.float32)
     eg = tl.exp(gc)
     bg = beta * eg
-    dWr = _rn(dW, PREC)
-    dT = _mm(dWr, tl.trans(_rn(bg[:, None] * kf, PREC)), PREC) + dTu
-    dX = _mm(TmT, dWr, PREC)
+    kk = _raw_dot(k, tl.trans(k), NATIVE, PREC)
+    Gs = _decay_pairs(gc, r, True)
+    Mdr = _rn(Md, PREC)
+    dT = Md + _mm(Mdr, tl.trans(_rn(beta[:, None] * kk * Gs, PREC)), PREC)
     dA = -_mm(_rn(_mm(TmT, _rn(dT, PREC), PREC), PREC), TmT, PREC)
-    Ag = dA * _decay_pairs(gc, r, True)  # d(k k^T) / beta_t, strictly lower
-    AgK = Ag * _raw_dot(k, tl.trans(k), NATIVE, PREC)
+    Ag = dA * Gs  # d(k k^T) / beta_t, strictly lower
+    AgK = Ag * kk
     Ag = _rn(Ag, PREC)
     dk = tl.load(DKP_ptr + row[:, None] * K + ck[None, :])
     dk += beta[:, None] * _mm(Ag, kf, PREC) + _mm(tl.trans(Ag), _rn(beta[:, None] * kf, PREC), PREC) + bg[:, None] * dX
@@ -496,7 +503,7 @@ def sg_chunk_bwd(do, ctx, dS_final=None):
                                          PREC=prec, **_launch("sg_intra_out_bwd_kernel"))
     dg = torch.empty(B, T, H, **f32)
     dbeta = torch.empty(B, T, H, **f32)
-    sg_intra_wy_bwd_kernel[(NT, B * H)](k, v, beta, ctx["gc"], ctx["Tm"], ctx["Hs"], dd, dk_part, dgc_part,
+    sg_intra_wy_bwd_kernel[(NT, B * H)](k, v, beta, ctx["gc"], ctx["Tm"], ctx["Hs"], ctx["Di"], dd, dk_part, dgc_part,
                                         dk, dv, dg, dbeta, T, H, K=K, V=V, C=C, BV=_bv("sg_intra_wy_bwd_kernel", V),
                                         NATIVE=native, PREC=prec, **_launch("sg_intra_wy_bwd_kernel"))
     ctx["bwd_dSn"], ctx["bwd_ddelta"] = dSn, dd
