@@ -219,6 +219,8 @@ def main(argv=None):
                     help="d_v:T pairs, comma-separated")
     ap.add_argument("--impls", default="ours,fla", help="ours, fla, general (gate_form='general', Triton), "
                                                       "general-tc (the same on hybrid-tc; needs the CuTe DSL)")
+    ap.add_argument("--control-cells", default="128:4096",
+                    help="cells where the general-kernel controls (general, general-tc) are timed")
     ap.add_argument("--check-cells", default="128:4096,64:4096,128:1024,64:1024")
     ap.add_argument("--check-impls", default="", help="implementations checked against float64 (default: --impls)")
     ap.add_argument("--breakdown-cells", default="128:4096,64:4096")
@@ -286,6 +288,8 @@ def main(argv=None):
         return doc
     for V, T in cells(args.cells):
         for impl in impls:
+            if impl.startswith("general") and (V, T) not in cells(args.control_cells):
+                continue
             if left() < 25:
                 doc["skipped"].append(f"time {impl} {V}:{T}: budget")
                 continue
