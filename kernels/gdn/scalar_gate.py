@@ -70,6 +70,19 @@ def _bv(name: str, V: int) -> int:
     return min(V, SG_LAUNCH[name]["BV"])
 
 
+# The two scans are sequential over the chunks, so their parallelism is B*H x V-blocks programs alone: below about
+# one program per SM (132 on the H200) the V-block is halved (to 16 at most), as the CuTe K1's tile rule does.
+# Every V-block width gave bitwise the same results on the H200 (BV 16, 32, 64; results/gdn/scalar_gate/).
+SCAN_MIN_PROGRAMS = 128
+
+
+def _scan_bv(name: str, BH: int, V: int) -> int:
+    bv = _bv(name, V)
+    while bv > 16 and BH * (V // bv) < SCAN_MIN_PROGRAMS:
+        bv //= 2
+    return bv
+
+
 @triton.jit
 def _vec(ptr, b, h, t, tmask, T, H):
     """Rows ``t`` of head (b, h) of a contiguous [B, T, H] tensor as float32; rows past T read as 0."""
@@ -462,7 +475,7 @@ def sg_chunk_fwd(q, k, v, g, beta, scale=None, chunk: int = 64, initial_state=No
     Di = torch.empty(B, H, TP, V, **f32)
     SF = torch.empty(B, H, K, V, **f32)
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
-    BVs = _bv("sg_state_fwd_kernel", V)
+    BVs = _scan_bv("sg_state_fwd_kernel", B * H, V)
     sg_state_fwd_kernel[(V // BVs, B * H)](k, gc, Wi, Ui, S0, Hs, Di, SF, T, H, NT=NT, K=K, V=V, C=C, BV=BVs,
                                            HAS_INIT=initial_state is not None, PREC=prec,
                                            **_launch("sg_state_fwd_kernel"))
@@ -493,7 +506,7 @@ def sg_chunk_bwd(do, ctx, dS_final=None):
     dSF = dS_final.float().contiguous() if dS_final is not None else dS0
     sg_dd_local_kernel[(NT, B * H)](q, k, ctx["gc"], do, dd, s, T, H, K=K, V=V, C=C, BV=_bv("sg_dd_local_kernel", V),
                                     NATIVE=native, PREC=prec, **_launch("sg_dd_local_kernel"))
-    BVs = _bv("sg_state_bwd_kernel", V)
+    BVs = _scan_bv("sg_state_bwd_kernel", B * H, V)
     sg_state_bwd_kernel[(V // BVs, B * H)](q, k, ctx["gc"], ctx["Wi"], do, dSF, dSn, dd, dS0, s, T, H, NT=NT, K=K,
                                            V=V, C=C, BV=BVs, HAS_DSF=dS_final is not None, PREC=prec,
                                            **_launch("sg_state_bwd_kernel"))

@@ -126,3 +126,12 @@ def test_refuses_gates_of_the_wrong_shape():
     q, k, v, g, beta, _ = (t.float() if t is not None else None for t in x)
     with pytest.raises(ValueError, match=r"\[B, T, H\]"):
         scalar_gate.sg_chunk_fwd(q, k, v, g.unsqueeze(-1).expand(*g.shape, 16), beta, chunk=16)
+
+
+def test_scan_v_block_rule():
+    """The scans' V-block halves (not below 16) until B*H x V-blocks reaches SCAN_MIN_PROGRAMS."""
+    assert scalar_gate._scan_bv("sg_state_bwd_kernel", 256, 128) == 64
+    assert scalar_gate._scan_bv("sg_state_bwd_kernel", 32, 128) == 32
+    assert scalar_gate._scan_bv("sg_state_bwd_kernel", 32, 64) == 16
+    assert scalar_gate._scan_bv("sg_state_fwd_kernel", 1, 128) == 16
+    assert scalar_gate._scan_bv("sg_state_fwd_kernel", 2, 32) == 16
