@@ -22,6 +22,13 @@ _GDN_TRAIN_SEEDS = sorted(
 _GDN_INTRA = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "intra_precision", "summary.json")
 )
+# the scalar-gate path's device calls (experiments/gdn/scalar_gate_bench.py), one folder per call, oldest first
+_GDN_SG_DIR = _gdn_os.path.join(workflow.basedir, "results", "gdn", "scalar_gate")
+_GDN_SG_CALLS = sorted(
+    (d for d in (_gdn_os.listdir(_GDN_SG_DIR) if _gdn_os.path.isdir(_GDN_SG_DIR) else [])
+     if d.startswith("call") and _gdn_os.path.exists(_gdn_os.path.join(_GDN_SG_DIR, d, "scalar_gate_bench.json"))),
+    key=lambda d: int(d[4:].split("_")[0]),
+)
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
@@ -38,6 +45,11 @@ RENDER_TARGETS.extend(
     + ([f"paper/tables/gdn_training_seeds.{ext}" for ext in ("md", "tex")] if _GDN_TRAIN_SEEDS else [])
     + ([f"paper/tables/gdn_intra_precision.{ext}" for ext in ("md", "tex")] if _GDN_INTRA else [])
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
+    + (
+        [f"paper/tables/gdn_scalar_gate_{t}.{ext}" for t in ("time", "check") for ext in ("md", "tex")]
+        if _GDN_SG_CALLS
+        else []
+    )
     + (
         [f"paper/tables/gdn_fla_bench.{ext}" for ext in ("md", "tex")]
         + [f"figures/gdn_fla_bench.{ext}" for ext in ("png", "pdf")]
@@ -144,6 +156,27 @@ rule gdn_intra_precision_table:
         table="intra_precision",
     log:
         "logs/gdn/intra_precision_table.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+rule gdn_scalar_gate_tables:
+    conda:
+        CONDA_ENV
+    input:
+        benches=[f"results/gdn/scalar_gate/{d}/scalar_gate_bench.json" for d in _GDN_SG_CALLS],
+        provenances=[f"results/gdn/scalar_gate/{d}/provenance.json" for d in _GDN_SG_CALLS],
+        counts="experiments/gdn/fla_compare.py",
+        ceilings="results/native/profile/call18/profile.json",
+    output:
+        time_md="paper/tables/gdn_scalar_gate_time.md",
+        time_tex="paper/tables/gdn_scalar_gate_time.tex",
+        check_md="paper/tables/gdn_scalar_gate_check.md",
+        check_tex="paper/tables/gdn_scalar_gate_check.tex",
+    params:
+        table="scalar_gate",
+    log:
+        "logs/gdn/scalar_gate_tables.log",
     script:
         "../scripts/gdn_render.py"
 
