@@ -62,7 +62,8 @@ def make_inputs(B, T, H, K, V, seed, device, member="gdn"):
     q = r(B, T, H, K)
     k = F.normalize(r(B, T, H, K), dim=-1)
     v = r(B, T, H, V)
-    g = F.logsigmoid(r(B, T, H) + 2.0) if member == "ssd" else F.logsigmoid(r(B, T, H, K) + 2.0)
+    # ssd and sgdn (KDA with one decay per head: the scalar-gate gated delta rule) take a per-head g [B, T, H]
+    g = F.logsigmoid(r(B, T, H) + 2.0) if member in ("ssd", "sgdn") else F.logsigmoid(r(B, T, H, K) + 2.0)
     b = 2.0 * u(B, T, H, K)
     w = u(B, T, H, V)
     beta = u(B, T, H)
@@ -71,12 +72,27 @@ def make_inputs(B, T, H, K, V, seed, device, member="gdn"):
 
 
 def member_args(member, x):
-    names = ["q", "k", "v"] + (["g"] if member != "la" else []) + (["b"] if member in ("kda", "gdn") else []) + (
+    names = ["q", "k", "v"] + (["g"] if member != "la" else []) + (["b"] if member in ("kda", "sgdn", "gdn") else []) + (
         ["w"] if member == "gdn" else [])
     src = dict(x)
-    if member == "kda":
+    if member in ("kda", "sgdn"):
         src["b"] = x["beta"]
     return names, src
+
+
+def family_member(member: str) -> str:
+    """chunk_family's member for a ladder member: sgdn is KDA with a per-head g (which chunk_family runs on the
+    scalar-gate kernels, kernels/gdn/scalar_gate.py, under the Triton-based backends)."""
+    return "kda" if member == "sgdn" else member
+
+
+def oracle_output(member, q, k, v, g=None, b=None, w=None):
+    """The float64 output of a ladder member from its own definition (sgdn: KDA's, its g broadcast over d_k)."""
+    from kernels.gdn import reference as R
+
+    if member == "sgdn":
+        return R.kda(q, k, v, g.unsqueeze(-1).expand(*g.shape, q.shape[-1]), b)[0]
+    return R.member_reference(member, q, k, v, g, b, w)
 
 
 def rung_tile(device, K, V, C, T, seed, smoke, fwd_options=None):
@@ -149,16 +165,16 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", rep
     low = {n: src[n].to(dtype) for n in names}
     do = x["do"].to(dtype)
     ref_leaves = {n: low[n].double().requires_grad_() for n in names}
-    ref = R.member_reference(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
+    ref = oracle_output(member, *(ref_leaves.get(n) for n in ("q", "k", "v", "g", "b", "w")))
     ref_grads = torch.autograd.grad((ref * do.double()).sum(), list(ref_leaves.values()))
     # the final state is returned to the caller too (a float32 output: no final rounding hides its error)
     with torch.no_grad():
-        ref_state = R.member_final_state(member, *(low[n].double() if n in low else None
-                                                   for n in ("q", "k", "v", "g", "b", "w")))
+        ref_state = R.member_final_state(family_member(member), *(low[n].double() if n in low else None
+                                                                  for n in ("q", "k", "v", "g", "b", "w")))
 
     def run_once():
         leaves = {n: low[n].clone().requires_grad_() for n in names}
-        o, S = chunk_family(member=member, backend=backend, chunk=C, output_final_state=True,
+        o, S = chunk_family(member=family_member(member), backend=backend, chunk=C, output_final_state=True,
                             **(fwd_options or {}), **leaves)
         got = torch.autograd.grad((o.float() * do.float()).sum(), list(leaves.values()))
         if o.is_cuda:
@@ -306,7 +322,8 @@ def main(argv=None):
     ap.add_argument("--fla", choices=("skip", "only"), default="skip",
                     help="'only': run just the fla rung into ladder_fla.json (fla autotuning can take minutes)")
     ap.add_argument("--fla-budget-s", type=float, default=240.0)
-    ap.add_argument("--members", default="la,gla,ssd,kda,gdn", help="members of the end-to-end rung")
+    ap.add_argument("--members", default="la,gla,ssd,kda,sgdn,gdn",
+                    help="members of the end-to-end rung (sgdn: kda with a per-head g, the scalar-gate kernels)")
     ap.add_argument("--backend", choices=("triton", "native", "hybrid", "hybrid-tc"), default="triton",
                     help="backend of the end-to-end rung; the others than 'triton' (CuTe DSL kernels, CUDA only) "
                          "run that rung alone, with a bitwise repeat check, into ladder_<backend>.json (the tile "
@@ -369,9 +386,9 @@ def _run(args, launch: dict):
     from kernels.gdn.reference import MEMBERS
 
     members = [m for m in args.members.split(",") if m]
-    unknown = set(members) - set(MEMBERS)
+    unknown = set(members) - set(MEMBERS) - {"sgdn"}
     if unknown:
-        raise SystemExit(f"unknown members {sorted(unknown)}")
+        raise SystemExit(f"unknown members {sorted(unknown)} (expected {', '.join((*MEMBERS, 'sgdn'))})")
     out = Path(args.out)
     t_start = time.time()
     if args.fla == "only":

@@ -104,7 +104,8 @@ FWD_OPTION_WORDS = {"rows": ("wy_inverse", "rows"), "blocked": ("wy_inverse", "b
                     "tf32x3": ("dot_precision", "tf32x3"), "tf32": ("dot_precision", "tf32"),
                     "ieee": ("dot_precision", "ieee"), "otf32": ("output_precision", "tf32"),
                     "otf32rn": ("output_precision", "tf32rn"),
-                    "otf32x3": ("output_precision", "tf32x3")}
+                    "otf32x3": ("output_precision", "tf32x3"),
+                    "general": ("gate_form", "general")}
 # words that change a launch-table entry of the Triton forward for that implementation's run (experiment switches of
 # kernels/gdn/triton_fwd.FWD_LAUNCH; the launch tables are restored after it)
 # ("a3x", "wu3x", "s3x", "direct0": the defaults before the ninth build, for A/B comparisons in one call)
@@ -155,6 +156,7 @@ def resolved_fwd_options(impl: str) -> dict:
     the GPU's bf16 inputs); {} for implementations without our Triton forward."""
     from kernels.gdn.fwd_options import (
         DOT_PRECISION_DEFAULT,
+        GATE_FORM_DEFAULT,
         OUTPUT_PRECISION_DEFAULT,
         WY_INVERSE_DEFAULT,
         resolve_output_precision,
@@ -165,8 +167,9 @@ def resolved_fwd_options(impl: str) -> dict:
     base, opts = parse_impl(impl)
     if base not in ("ours", "hybrid", "hybrid-tc"):
         return {}
+    # gate_form: which kernels a scalar-gate KDA (sgdn) cell runs on; rows from before it existed ran the general ones
     got = {"dot_precision": DOT_PRECISION_DEFAULT, "wy_inverse": WY_INVERSE_DEFAULT,
-           "output_precision": OUTPUT_PRECISION_DEFAULT, **opts}
+           "output_precision": OUTPUT_PRECISION_DEFAULT, "gate_form": GATE_FORM_DEFAULT, **opts}
     got["output_precision_bf16"] = resolve_output_precision(got["output_precision"], got["dot_precision"], True)
     # the PREC kernels' products on bf16 inputs, the implementation's launch words applied
     overrides = launch_overrides(impl)

@@ -502,3 +502,48 @@ def render_scalar_gate(runs: list[dict], floors: dict, ceilings: dict, md_paths,
     render_table(scalar_gate_check_rows(runs), SCALAR_GATE_CHECK_COLUMNS,
                  "Scalar-gate gated delta rule on its own kernels against fla 0.6.0 (H200): accuracy.",
                  "tab:gdn-scalar-gate-check", md_paths[1], tex_paths[1], check_notes)
+
+
+def render_scalar_gate_figure(runs: list[dict], outdir="figures", stem: str = "gdn_scalar_gate"):
+    """Forward + backward (solid) and backward (dashed) ms against T, one panel per d_v: ours and fla from the
+    newest call that timed both, and ours from any newer call (hollow markers, its commit in the legend). Returns
+    the (png, pdf) paths."""
+    from lethe.render.style import OKABE_ITO, new_figure, save_figure, style
+
+    with_fla = [i for i, d in enumerate(runs) if any(r["impl"] == "fla" and "fwd_bwd_ms" in r for r in d["timing"])]
+    base = runs[with_fla[-1]]
+    later = runs[with_fla[-1] + 1:]
+    sha = lambda d: d["provenance"].get("git_sha", "?")[:7]  # noqa: E731
+    colors = {"ours": OKABE_ITO["vermillion"], "fla": OKABE_ITO["bluish_green"]}
+    dvs = sorted({r["V"] for r in base["timing"]}, reverse=True)
+    with style():
+        fig, axes = new_figure(4.2 * len(dvs), 3.6, ncols=len(dvs), sharey=True)
+        axes = axes if len(dvs) > 1 else [axes]
+        for ax, V in zip(axes, dvs, strict=True):
+            for impl in ("ours", "fla"):
+                pts = sorted((r["T"], r["fwd_bwd_ms"], r["bwd_ms"]) for r in base["timing"]
+                             if r["impl"] == impl and r["V"] == V and "fwd_bwd_ms" in r)
+                if not pts:
+                    continue
+                ts = [p[0] for p in pts]
+                ax.plot(ts, [p[1] for p in pts], "-o", color=colors[impl], label=f"{impl} fwd+bwd ({sha(base)})")
+                ax.plot(ts, [p[2] for p in pts], "--", marker="s", ms=3, color=colors[impl],
+                        label=f"{impl} bwd ({sha(base)})")
+            for doc in later:
+                pts = sorted((r["T"], r["fwd_bwd_ms"]) for r in doc["timing"]
+                             if r["impl"] == "ours" and r["V"] == V and "fwd_bwd_ms" in r)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], "o", mfc="none", color=colors["ours"],
+                            label=f"ours fwd+bwd ({sha(doc)})")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("T (B*H*T = 2^20 head-tokens)")
+            ax.set_title(f"d_v = {V}", fontsize=10)
+        # head room above the tallest point for the legend
+        tallest = max(r["fwd_bwd_ms"] for d in (base, *later) for r in d["timing"]
+                      if "fwd_bwd_ms" in r and r["impl"] in colors)
+        for ax in axes:
+            ax.set_ylim(0, 1.6 * tallest)
+        axes[0].set_ylabel("ms")
+        axes[0].legend(fontsize=7, loc="upper left", ncols=2)
+        fig.suptitle("Scalar-gate gated delta rule on the H200: our kernels and fla 0.6.0 (bf16, d_k 128)", fontsize=10)
+        return save_figure(fig, stem, outdir)

@@ -47,6 +47,7 @@ RENDER_TARGETS.extend(
     + ([f"paper/tables/gdn_fla_compare.{ext}" for ext in ("md", "tex")] if _GDN_FLACMP else [])
     + (
         [f"paper/tables/gdn_scalar_gate_{t}.{ext}" for t in ("time", "check") for ext in ("md", "tex")]
+        + [f"figures/gdn_scalar_gate.{ext}" for ext in ("png", "pdf")]
         if _GDN_SG_CALLS
         else []
     )
@@ -173,6 +174,8 @@ rule gdn_scalar_gate_tables:
         time_tex="paper/tables/gdn_scalar_gate_time.tex",
         check_md="paper/tables/gdn_scalar_gate_check.md",
         check_tex="paper/tables/gdn_scalar_gate_check.tex",
+        png="figures/gdn_scalar_gate.png",
+        pdf="figures/gdn_scalar_gate.pdf",
     params:
         table="scalar_gate",
     log:

@@ -46,6 +46,7 @@ elif snakemake.params.table == "scalar_gate":
                                     fc.roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
                                                    tf, bw))
     tables.render_scalar_gate(runs, floors, ceilings, (out.time_md, out.check_md), (out.time_tex, out.check_tex))
+    tables.render_scalar_gate_figure(runs, Path(out.png).parent, Path(out.png).stem)
 elif snakemake.params.table == "training_seeds":
     tables.render_training_seeds([json.loads(Path(f).read_text()) for f in snakemake.input.studies], out.md,
                                  out.tex)

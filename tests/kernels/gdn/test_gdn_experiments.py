@@ -235,3 +235,10 @@ def test_broadcast_sum_replay_small_cell():
     assert e["summed_then_rounded"] <= 1.02 * e["oracle_rounded"]
     with pytest.raises(SystemExit, match="sgdn and kda"):
         mod.replay_cell(fc, "gla", 16, 64, K=16, H=1)
+
+
+def test_ladder_smoke_covers_the_scalar_gate_member(tmp_path):
+    """sgdn (KDA with a per-head g) is a ladder member: its arms run chunk_family(member="kda") on the scalar-gate
+    kernels and are judged against KDA's float64 definition with the decay broadcast."""
+    summary = _load("ladder").main(["--cpu-smoke", "--out", str(tmp_path), "--members", "sgdn"])
+    assert summary["e2e_pass"] == summary["e2e_arms"] == 2 and summary["e2e_worst"] < 1e-5
