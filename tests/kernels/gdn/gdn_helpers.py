@@ -28,3 +28,38 @@ def rel_err(x, ref):
     x = x.detach().double()
     ref = ref.detach().double()
     return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
+
+
+_RECORD = """
+import json, sys
+sys.path[:0] = [{root!r}, {root!r} + "/src"]
+sys.argv = ["x"]
+import importlib.util
+spec = importlib.util.spec_from_file_location("triton_aot", {root!r} + "/experiments/gdn/triton_aot.py")
+m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+import torch
+out = []
+for erase in {erases!r}:
+    for V in (64, 128):
+        for rec in m.record_wrapper_launches(128, V, 64, torch.bfloat16, erase=erase, **{kwargs!r}):
+            out.append(dict(kernel=rec.jit.fn.__name__, V=V, erase=erase, **m.launch_config(rec)))
+print(json.dumps(out))
+"""
+
+
+def recorded_launches(erases=(True, False), **kwargs) -> list[dict]:
+    """The launches the Triton wrappers make at d_k = 128, chunk 64, d_v 64 and 128, bf16 (recorded by
+    experiments/gdn/triton_aot.record_wrapper_launches, nothing compiled or run), in a subprocess without the
+    interpreter (a JITFunction is needed, and this test process has TRITON_INTERPRET set on a CPU machine): one
+    dict per launch with the kernel, V, the erase flag and the launch configuration."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-c", _RECORD.format(root=str(root), erases=tuple(erases), kwargs=kwargs)],
+                         capture_output=True, text=True, env=env, timeout=300, check=True)
+    return json.loads(res.stdout.strip().splitlines()[-1])

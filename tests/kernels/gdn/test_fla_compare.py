@@ -257,30 +257,12 @@ def test_budget_skips_are_recorded(fc, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------- triton_aot
 
 
-_RECORD = """
-import json, sys
-sys.path[:0] = [{root!r}, {root!r} + "/src"]
-sys.argv = ["x"]
-import importlib.util
-spec = importlib.util.spec_from_file_location("triton_aot", {root!r} + "/experiments/gdn/triton_aot.py")
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
-import torch
-out = []
-for erase in (True, False):
-    for V in (64, 128):
-        for rec in m.record_wrapper_launches(128, V, 64, torch.bfloat16, erase=erase):
-            out.append(dict(kernel=rec.jit.fn.__name__, V=V, erase=erase, **m.launch_config(rec)))
-print(json.dumps(out))
-"""
-
-
 def test_wrapper_launch_configs_at_dk128():
     """What the wrappers launch at d_k = 128 (recorded, nothing compiled): num_stages=1 everywhere (Triton's
     default 3 is what overflowed shared memory) and the block sizes of the documented table."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _RECORD.format(root=str(ROOT))], capture_output=True, text=True,
-                         env=env, timeout=300, check=True)
-    launches = json.loads(res.stdout.strip().splitlines()[-1])
+    from gdn_helpers import recorded_launches
+
+    launches = recorded_launches()
     assert all(r["num_stages"] == 1 for r in launches)
     got = {(r["kernel"], r["V"], r["erase"]): (r.get("BV"), r["num_warps"]) for r in launches}
     for V in (64, 128):

@@ -135,3 +135,27 @@ def test_scan_v_block_rule():
     assert scalar_gate._scan_bv("sg_state_bwd_kernel", 32, 64) == 16
     assert scalar_gate._scan_bv("sg_state_fwd_kernel", 1, 128) == 16
     assert scalar_gate._scan_bv("sg_state_fwd_kernel", 2, 32) == 16
+
+
+def test_scalar_gate_launches_at_dk128():
+    """What the scalar-gate wrappers launch at d_k = 128 (recorded, nothing compiled): the kernels in order, each
+    with its SG_LAUNCH entry (the inverse with the general forward's), and the scans' V-block rule at a small batch
+    (B*H = 2: the V-block drops to 16)."""
+    from gdn_helpers import recorded_launches
+
+    from kernels.gdn.scalar_gate import SG_LAUNCH
+    from kernels.gdn.triton_fwd import FWD_LAUNCH
+
+    launches = recorded_launches(erases=("scalar",), T=1024, B=1)
+    order = ["sg_a_kernel", "wy_inverse_kernel", "sg_wu_kernel", "sg_state_fwd_kernel", "sg_output_kernel",
+             "sg_dd_local_kernel", "sg_state_bwd_kernel", "sg_intra_out_bwd_kernel", "sg_intra_wy_bwd_kernel"]
+    for V in (64, 128):
+        got = [r for r in launches if r["V"] == V]
+        assert [r["kernel"] for r in got] == order
+        for r in got:
+            entry = SG_LAUNCH.get(r["kernel"]) or FWD_LAUNCH[r["kernel"]]
+            assert (r["num_warps"], r["num_stages"]) == (entry["num_warps"], entry["num_stages"]), r
+            if r["kernel"] in ("sg_state_fwd_kernel", "sg_state_bwd_kernel"):
+                assert r["BV"] == 16
+            elif "BV" in entry:
+                assert r["BV"] == min(V, entry["BV"]), r
