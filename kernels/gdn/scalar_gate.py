@@ -39,8 +39,9 @@ import triton.language as tl
 from .fwd_options import resolve_precision
 from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, _tf32_nearest, check_index_range, wy_inverse_kernel
 
-# Launch configuration ("BV" an upper bound: min(V, BV)). num_stages=1 as everywhere in the Triton path (the chunk
-# loops are not software-pipelined: see triton_fwd.FWD_LAUNCH). The in-place inverse is the general forward's kernel
+# Launch configuration ("BV" an upper bound: min(V, BV)), each choice timed on the H200 against the one before with
+# the outputs compared (results/gdn/scalar_gate/callN_<sha>/, "variants"). num_stages=1 (no software pipelining of
+# the chunk loops) except where a measurement said otherwise. The in-place inverse is the general forward's kernel
 # and launches with its entry there (FWD_LAUNCH["wy_inverse_kernel"]).
 SG_LAUNCH = {
     "sg_a_kernel": dict(num_warps=4, num_stages=1),
@@ -54,9 +55,10 @@ SG_LAUNCH = {
     # 4 warps: fwd+bwd 20.19 against 22.48 ms at 8 (917623b; bitwise the same)
     "sg_state_bwd_kernel": dict(BV=64, num_warps=4, num_stages=1),
     "sg_intra_out_bwd_kernel": dict(BV=64, num_warps=8, num_stages=1),
-    # 4 warps: 13.33 against 13.79 ms at 8, bitwise (388a466). (917623b's version of this kernel, which formed dW
-    # and dW X^T, gave outputs 0.17 away (max-relative) from its own 8-warp run at 4 warps; the current one agrees
-    # bit for bit. The committed checks against float64 are at the defaults.)
+    # 4 warps: 13.33 against 13.79 ms at 8, bitwise (388a466). (The earlier versions of this kernel, which formed dW
+    # and dW X^T, did not agree with themselves across warp counts: at 4 warps 2.2e-3 (917623b) and 0.17 (c20fb82,
+    # max-relative) away from their 8-warp runs, not explained; the current one agrees bit for bit. The committed
+    # checks against float64 ran at the defaults.)
     "sg_intra_wy_bwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
 }
 

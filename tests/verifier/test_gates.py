@@ -222,12 +222,24 @@ def test_profiles_share_one_run():
     assert [status(r, "EXC-02") for r in rows] == ["fail", "pass", "pass"]
 
 
+# the edge references whose ORD-03 cancellation probe runs torch.matmul along the patched long K
+GEMM_EDGE_REFS = ("matmul", "matmul_hard")
+
+
 @pytest.mark.parametrize("name", sorted(K.EDGE_REFS))
 def test_kernelbench_shaped_references_conform(verify_local, name):
+    from platform_probe import gemm_breaks_cancellation_bound
+
     ref = K.EDGE_REFS[name]
     r = verify_local(ref, K.as_candidate(ref), seed=3)
     assert r["status"] == "gated"
     bad = {g: v["reason"] for g, v in r["gates"].items() if v["status"] not in ("pass", "na")}
-    assert not bad, bad
+    if name in GEMM_EDGE_REFS and gemm_breaks_cancellation_bound():
+        # this machine's own float32 GEMM drops the cancellation probe's small terms (measured directly in
+        # platform_probe): the honest candidate, run here, is not reorder-safe, and ORD-03 says so on its cancel
+        # probes -- and nothing else fails
+        assert set(bad) == {"ORD-03"} and bad["ORD-03"].startswith("cancel_"), bad
+    else:
+        assert not bad, bad
     if name == "argmax":
         assert status(r, "CMP-02") == "na"  # integer output: nothing to differentiate
