@@ -45,7 +45,9 @@ def test_committed_profile_table_renders_as_committed():
 def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
     from kernels.gdn.native.render import (
         FIGURE_MIN_CELLS,
+        GENERAL_SGDN,
         figure_versus_fla_call,
+        member_label,
         versus_fla_calls,
         versus_fla_table,
     )
@@ -64,9 +66,12 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
         # every cell holds hybrid-tc and fla rows of that one call, and nothing that did not run
         for (member, V, T, BH), got in cells.items():
             assert {"hybrid-tc", "fla"} <= set(got)
+            # a cell is named after what hybrid-tc ran (member_label: sgdn on the general kernels before the
+            # scalar-gate path)
+            assert member == member_label(got["hybrid-tc"])
             for r in got.values():
                 assert r in doc["rows"] and r["status"] == "ok" and "@" not in r["impl"]
-                assert (r["member"], r["V"], r["T"], r["B"] * r["H"]) == (member, V, T, BH)
+                assert (r["member"], r["V"], r["T"], r["B"] * r["H"]) == (got["hybrid-tc"]["member"], V, T, BH)
             expected_lines.append((name, got["fla"]["bwd_wall_ms"] / got["hybrid-tc"]["bwd_wall_ms"]))
     md, tex = versus_fla_table(calls)
     lines = [ln for ln in md.splitlines() if ln.startswith("| ") and not ln.startswith("| call |")]
@@ -77,8 +82,12 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
     # widest call; every cell is one call's, the newest of that commit's where it repeats
     fig_name, fig_cells = figure_versus_fla_call(calls)
     sha = {n: p.get("git_sha") for n, _, p in calls}
+    # the figure leaves out the cells that no longer describe the code (sgdn on the general kernels)
+    current = [(n, {k: v for k, v in c.items() if k[0] != GENERAL_SGDN}) for n, c in found]
+    current = [(n, c) for n, c in current if c]
+    assert not any(k[0] == GENERAL_SGDN for k in fig_cells)
     by_commit: dict = {}
-    for name, cells in found:
+    for name, cells in current:
         by_commit.setdefault(sha[name], []).append((name, cells))
     enough = [g for g in by_commit.values() if len({k for _, c in g for k in c}) >= FIGURE_MIN_CELLS]
     if enough:
@@ -87,7 +96,7 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
             assert got == next(c[key] for _, c in enough[0] if key in c)
         assert set(fig_cells) == {k for _, c in enough[0] for k in c}
     else:
-        assert (fig_name, fig_cells) == max(found, key=lambda nc: len(nc[1]))
+        assert (fig_name, fig_cells) == max(current, key=lambda nc: len(nc[1]))
     table = ROOT / "paper" / "tables" / "native_vs_fla.md"
     if table.exists():
         assert md == table.read_text() and tex == table.with_suffix(".tex").read_text()
@@ -106,3 +115,13 @@ def test_profile_calls_load_in_call_order_not_string_order(tmp_path):
         (d / "provenance.json").write_text(json.dumps({"git_sha": name}))
     calls = load_profile_calls(sorted(tmp_path.glob("*/profile.json")))  # string order: call10, call2, call9
     assert [n for n, _, _ in calls] == ["call2", "call9", "call10"]
+
+
+def test_sgdn_rows_say_which_kernels_they_timed():
+    from kernels.gdn.native.render import GENERAL_SGDN, member_label
+
+    old = {"member": "sgdn", "impl": "hybrid-tc", "fwd_options": {"dot_precision": "tf32x3"}}
+    assert member_label(old) == GENERAL_SGDN
+    assert member_label({**old, "fwd_options": {"gate_form": "auto"}}) == "sgdn"
+    assert member_label({**old, "impl": "fla", "fwd_options": {}}) == "sgdn"
+    assert member_label({**old, "member": "gdn"}) == "gdn"
