@@ -483,7 +483,8 @@ def render_scalar_gate(runs: list[dict], floors: dict, ceilings: dict, md_paths,
         "sgdn = KDA with a per-head decay g [B, T, H] (fla chunk_gated_delta_rule); ours: chunk_family(member=\"kda\", "
         "backend=\"triton\"), which runs kernels/gdn/scalar_gate.py; general: the same call with gate_form=\"general\" "
         "(our per-channel kernels, Triton reverse scan). bf16, d_k 128, H 2, chunk 64, B*H*T = 2^20 head-tokens.",
-        "CUDA events, median over rounds rotating over 3 input sets after warm-up; every ratio divides medians of one "
+        "CUDA events, median over rounds rotating over 3 input sets after warm-up (fwd: the forward under "
+        "torch.no_grad; bwd: torch.autograd.grad after a forward; fwd+bwd: both); every ratio divides medians of one "
         "call; 'not timed': that call did not time fla. fla autotuned on its first call, which in these calls was "
         "the accuracy check at 2^14 head-tokens (its tuning keys ignore the batch): its fwd+bwd medians here are 10-18% "
         "above kernel_profile call18's at the same cells (6.76 / 4.91 ms at d_v 128 / 64, T 4k; the backward's 2-8%), "
