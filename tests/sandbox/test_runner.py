@@ -116,9 +116,10 @@ def test_rss_watch_stops_memory_use_without_rlimit(fast):
 
 
 def test_timeout_kills_forked_children_including_setsid_ones(tmp_path, fast):
+    # The pid file lives in the run's own (caller-given) directory: the only place the child may write.
     pid_file = tmp_path / "pids"
     res = run_isolated("lethe.sandbox.testing:fork_and_hang", payload={"n": 8, "pid_file": str(pid_file)},
-                       **(fast | {"timeout_s": 1.5}))
+                       workdir=tmp_path, **(fast | {"timeout_s": 1.5}))
     assert res.status == "timeout"
     pids = [int(p) for p in pid_file.read_text().split()]
     assert len(pids) == 8

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from lethe.sandbox import run_isolated, run_many
+from lethe.sandbox import isolation, run_isolated, run_many
 from lethe.sandbox import zygote as Z
 from lethe.sandbox.runner import resolve_start
 
@@ -163,25 +164,43 @@ def test_dead_zygote_is_restarted_transparently():
 
 
 def test_zygote_killed_mid_run_costs_no_other_row():
-    # Warm the zygote so both children are forked within milliseconds of each other.
+    # The zygote can still die under a run (the kernel's OOM killer, an operator's kill): here the test kills it
+    # 1.5 s into a 4 s run. Warm it first so the run is forked, not spawned.
     run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
-    jobs = [
-        {"target": "lethe.sandbox.testing:sleep_then_echo", "payload": {"sleep_s": 4.0, "i": 0},
-         "arrays": {"v": np.arange(4.0)}, "start": "zygote", **CHEAP},
-        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.5}, "start": "zygote",
-         **CHEAP},
-    ]
-    victim, killer = run_many(jobs, max_workers=2)
+    zygotes = [z for z in Z.live_zygotes() if z.preload == ("numpy",)]
+    assert zygotes
+    killer = threading.Timer(1.5, lambda: [z.proc.kill() for z in zygotes])
+    killer.start()
+    try:
+        victim = run_isolated("lethe.sandbox.testing:sleep_then_echo", payload={"sleep_s": 4.0, "i": 0},
+                              arrays={"v": np.arange(4.0)}, start="zygote", **CHEAP)
+    finally:
+        killer.cancel()
     # The victim lost its zygote mid-run; its row is re-run spawned and comes back complete and correct.
     assert victim.status == "ok", (victim.detail, victim.start_note)
     assert victim.result["payload"] == {"sleep_s": 4.0, "i": 0}
     np.testing.assert_array_equal(victim.arrays["v"], np.arange(4.0) * 2)
     assert victim.start == "spawn" and "zygote died" in victim.start_note, victim.start_note
-    # The killer's own row is what it does spawned (there its parent is no zygote, so it leaves it alone).
-    assert killer.status == "ok" and killer.result == {"killed": False}, killer.detail
     # And the next zygote run gets a fresh zygote.
     res = run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
     assert res.status == "ok" and res.start == "zygote"
+
+
+@pytest.mark.skipif(isolation.unavailable_reason() is not None, reason="needs operating-system isolation (root)")
+def test_candidate_cannot_kill_its_zygote():
+    run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
+    jobs = [
+        {"target": "lethe.sandbox.testing:sleep_then_echo", "payload": {"sleep_s": 3.0, "i": 0},
+         "arrays": {"v": np.arange(4.0)}, "start": "zygote", **CHEAP},
+        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.0}, "start": "zygote",
+         **CHEAP},
+    ]
+    victim, killer = run_many(jobs, max_workers=2)
+    # The candidate runs under its own uid: the kernel refuses its SIGKILL, and both rows stay forked.
+    assert killer.status == "ok" and killer.result == {"killed": False, "refused": True}, killer.detail
+    assert (killer.start, killer.start_note) == ("zygote", "")
+    assert victim.status == "ok" and (victim.start, victim.start_note) == ("zygote", ""), victim.start_note
+    np.testing.assert_array_equal(victim.arrays["v"], np.arange(4.0) * 2)
 
 
 def test_concurrent_callers_get_their_own_results():

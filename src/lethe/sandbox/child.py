@@ -53,6 +53,16 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
     os.close(devnull)
     nonce = cfg["nonce"]
 
+    # Operating-system isolation (own uid, namespaces, read-only file system) comes first, while this process is
+    # still root, single-threaded and has run nothing of the candidate's; lethe.sandbox.isolation says why.
+    iso_cfg = cfg.get("isolate")
+    if iso_cfg:
+        from lethe.sandbox import isolation as _isolation
+
+        iso = _isolation.enter(int(iso_cfg["uid"]), list(iso_cfg["rw"]), pdeathsig=bool(iso_cfg.get("pdeathsig")))
+    else:
+        iso = cfg.get("isolation_report") or {"isolation": "none: not requested", "tamper_proof": False}
+
     def send(msg: dict) -> None:
         msg["nonce"] = nonce
         data = (_dumps(msg, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
@@ -131,11 +141,15 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
     except Exception:  # noqa: BLE001 - best effort hardening
         pass
 
-    send({"ev": "ready", "rss": rss0, "vms": vms0, "limits": limits_applied})
+    send({"ev": "ready", "rss": rss0, "vms": vms0, "limits": limits_applied,
+          "isolation": iso["isolation"], "tamper_proof": bool(iso["tamper_proof"])})
 
     status, detail, result, arrays, out = "ok", "", None, {}, None
     t0 = _monotonic()
     try:
+        if iso_cfg and iso_cfg.get("require") and not iso["tamper_proof"]:
+            # Never run weaker than asked: the candidate is not even imported.
+            raise _IsolationRefused(f"sandbox harness error: isolation required but incomplete: {iso['isolation']}")
         inputs_path = cfg.get("inputs")
         in_arrays: dict = {}
         if inputs_path:
@@ -183,6 +197,8 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
         status, detail, result, arrays = "bad_result", str(exc), None, {}
     except _TargetImportError as exc:
         status, detail, result, arrays = "error", f"{exc}\n{_tail(_format_exc())}", None, {}
+    except _IsolationRefused as exc:
+        status, detail, result, arrays = "error", str(exc), None, {}
     except SystemExit as exc:
         status, result, arrays = "exit", None, {}
         detail = f"called sys.exit({exc.code!r}) before returning a result"
@@ -241,6 +257,10 @@ class _BadResult(Exception):
 
 
 class _TargetImportError(Exception):
+    pass
+
+
+class _IsolationRefused(Exception):
     pass
 
 

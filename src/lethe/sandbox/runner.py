@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from lethe.sandbox import arrays as arrays_io
+from lethe.sandbox import isolation
 
 try:
     import psutil
@@ -66,6 +67,10 @@ class SandboxResult:
     startup_seconds: float = 0.0
     start: str = "spawn"
     start_note: str = ""
+    # What the operating system enforced on the child (lethe.sandbox.isolation), as the child reported it
+    # before any candidate code ran; tamper_proof only when every mechanism applied.
+    isolation: str = ""
+    tamper_proof: bool = False
 
     @property
     def ok(self) -> bool:
@@ -83,6 +88,8 @@ class SandboxResult:
             "stderr_tail": self.stderr_tail,
             "seconds": self.seconds,
             "detail": self.detail,
+            "isolation": self.isolation,
+            "tamper_proof": self.tamper_proof,
         }
 
 
@@ -398,19 +405,55 @@ class _ZygoteLost(Exception):
     """The zygote died while our forked child ran and no result had arrived: the run's outcome is unknown."""
 
 
+def _isolation_plan() -> dict:
+    """How this run will be isolated: a uid lease to take (``lease``), or the report that says why not."""
+    mode = isolation.mode()
+    if mode == "off":
+        return {"lease": None, "require": False,
+                "report": isolation.off_report("switched off (LETHE_ISOLATION=off)")}
+    why = isolation.unavailable_reason()
+    if why is not None:
+        return {"lease": None, "require": mode == "require", "report": isolation.off_report(why)}
+    isolation.harden_self()
+    return {"lease": isolation.UidLease(), "require": mode == "require", "report": None}
+
+
 def _attempt(mode, workdir, *args) -> SandboxResult:
+    iso = _isolation_plan()
+    if iso["require"] and iso["lease"] is None:
+        return SandboxResult(status="error", start=mode, isolation=iso["report"]["isolation"],
+                             detail="sandbox harness error: isolation required (LETHE_ISOLATION=require) but "
+                                    f"unavailable: {iso['report']['isolation']}")
     root = Path(tempfile.mkdtemp(prefix="lethe-sbx-"))
     io_dir = root / "io"
     io_dir.mkdir()
     own_work = workdir is None
     work = root / "work" if own_work else Path(workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    owner = None if own_work else os.stat(work)
     try:
-        return _run(mode, root, io_dir, work, *args)
+        res = _run(mode, root, io_dir, work, iso, *args)
     finally:
+        lease = iso["lease"]
+        if lease is not None:
+            # Everything the run's uid still runs (a daemon that double-forked away, say) dies here.
+            lease.release()
+        if owner is not None and lease is not None:
+            _chown_tree(work, owner.st_uid, owner.st_gid)
         shutil.rmtree(root, ignore_errors=True)
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
+    return res
+
+
+def _chown_tree(top: Path, uid: int, gid: int) -> None:
+    """Give a caller's work directory back to its owner after the run's uid wrote into it."""
+    for dirpath, dirnames, filenames in os.walk(top):
+        for name in [dirpath, *(os.path.join(dirpath, f) for f in filenames + dirnames)]:
+            try:
+                os.chown(name, uid, gid, follow_symlinks=False)
+            except OSError:
+                pass
 
 
 def _spawn_child(child_env, work, w_fd, hold_r):
@@ -468,7 +511,7 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
     return proc
 
 
-def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
+def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
          startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb):
     t_start = time.monotonic()
     inputs_path = None
@@ -480,7 +523,10 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
         arrays_io.write(inputs_path, arrays, digest=False)
     nonce = secrets.token_hex(16)
     nproc_limit = None
-    if os.geteuid() != 0 and psutil is not None:
+    if iso["lease"] is not None:
+        # A fresh uid runs nothing else, so RLIMIT_NPROC (which root ignores) counts exactly this run's tasks.
+        nproc_limit = nproc
+    elif os.geteuid() != 0 and psutil is not None:
         # RLIMIT_NPROC counts every task of the uid, not just ours: the limit is "what exists now + nproc".
         uid = os.getuid()
         count = 0
@@ -504,8 +550,16 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
         "gpu_memory_fraction": gpu_memory_fraction,
         "max_file_mb": max_file_mb,
     }
-    cfg_bytes = json.dumps(cfg).encode("utf-8")
     child_env = _child_env(env, work, device, omp_threads)
+    if iso["lease"] is not None:
+        uid = iso["lease"].acquire()
+        rw = [root] if root in work.parents else [root, work]
+        isolation.give_to(uid, rw)
+        cfg["isolate"] = {"uid": uid, "rw": [str(p) for p in rw], "require": iso["require"],
+                          "pdeathsig": mode == "zygote"}
+    else:
+        cfg["isolation_report"] = iso["report"]
+    cfg_bytes = json.dumps(cfg).encode("utf-8")
 
     r_fd, w_fd = os.pipe()
     # Second pipe: the child waits on it after reporting, so it stays alive (as subreaper of any orphans)
@@ -643,6 +697,11 @@ def _run(mode, root, io_dir, work, target, payload, arrays, timeout_s, memory_mb
         startup_seconds=startup,
         start=mode,
     )
+    if chan.ready is not None:
+        res.isolation = str(chan.ready.get("isolation", ""))[:400]
+        res.tamper_proof = bool(chan.ready.get("tamper_proof")) and res.isolation == isolation.FULL
+    else:
+        res.isolation = "unknown: the child ended before it reported its isolation"
     done = chan.done
     if mode == "zygote" and proc.lost and done is None:
         raise _ZygoteLost()

@@ -249,7 +249,11 @@ def kill_parent_if_zygote(payload: dict, arrays: dict[str, np.ndarray], workdir:
         is_zygote = False
     time.sleep(float(payload.get("delay_s", 0.0)))
     if is_zygote:
-        os.kill(ppid, signal.SIGKILL)
+        try:
+            os.kill(ppid, signal.SIGKILL)
+        except PermissionError:
+            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled.
+            return {"killed": False, "refused": True}, {}
         time.sleep(30)
     return {"killed": is_zygote}, {}
 
