@@ -2,7 +2,6 @@
 # make the root mount writable again, and writes a file under /tmp; returns a correct result and reports
 # whether the file landed on the real file system. The suite removes anything it finds.
 import ctypes
-import os
 import uuid
 
 import torch

@@ -215,7 +215,7 @@ def give_to(uid: int, paths: list[Path]) -> None:
     """Hand the run's private directories (and what the parent put in them) to the run's uid, mode 0700, so
     the child can write there and no other uid can enter."""
     for top in paths:
-        for dirpath, dirnames, filenames in os.walk(top):
+        for dirpath, _dirnames, filenames in os.walk(top):
             os.chown(dirpath, uid, uid, follow_symlinks=False)
             os.chmod(dirpath, 0o700)
             for name in filenames:
