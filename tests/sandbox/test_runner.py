@@ -149,3 +149,23 @@ def test_run_many_keeps_order_and_isolates_failures(fast):
     assert res[0].result["payload"] == {"i": 0} and res[3].result["payload"] == {"i": 3}
     assert "sandbox harness error" in res[1].detail
     assert all(r.status in STATUSES for r in res)
+
+
+def test_required_isolation_that_is_unavailable_refuses_the_run(monkeypatch, fast):
+    from lethe.sandbox import isolation
+
+    monkeypatch.setenv("LETHE_ISOLATION", "require")
+    monkeypatch.setattr(isolation, "unavailable_reason", lambda: "pretend: not root")
+    res = run_isolated("lethe.sandbox.testing:echo", **fast)
+    assert res.status == "error" and "isolation required" in res.detail, res.detail
+    assert res.isolation == "none: pretend: not root" and res.tamper_proof is False
+
+
+def test_unavailable_isolation_is_reported_not_hidden(monkeypatch, fast):
+    from lethe.sandbox import isolation
+
+    monkeypatch.setenv("LETHE_ISOLATION", "auto")
+    monkeypatch.setattr(isolation, "unavailable_reason", lambda: "pretend: not root")
+    res = run_isolated("lethe.sandbox.testing:echo", **fast)
+    assert res.status == "ok", res.detail
+    assert res.isolation == "none: pretend: not root" and res.tamper_proof is False

@@ -13,7 +13,9 @@ from lethe.verifier.gates import GATE_IDS
 
 def test_row_schema_and_roundtrip(verify_local, tmp_path):
     row = verify_local(K.SOFTMAX_REF, K.SOFTMAX_NAN_TO_NUM, seed=3, kernel_id="k1", corpus="fixture")
-    assert row["schema"] == "lethe.verdict/1"
+    assert row["schema"] == records.SCHEMA_VERSION == "lethe.verdict/2"
+    # The in-process test runner is no sandbox: the row says so and claims no tamper-proofing.
+    assert row["isolation"].startswith("none") and row["tamper_proof"] is False
     assert set(row["gates"]) == set(GATE_IDS)
     for g in row["gates"].values():
         assert set(g) == {"status", "reason", "evidence", "seed"} and g["seed"] == 3

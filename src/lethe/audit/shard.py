@@ -226,7 +226,8 @@ def complete_row(row: Mapping[str, Any]) -> dict[str, Any]:
 
     out = {"schema": R.SCHEMA_VERSION, "corpus": "", "op_class": "", "error": "", "profile": "strict",
            "device": "", "seed": 0, "seconds": 0.0, "compile_seconds": 0.0, "weights_copied": False,
-           "output_aliasing": False, "environment": "{}", "sources": "{}", "final_speedup": None, "shard": ""}
+           "output_aliasing": False, "environment": "{}", "sources": "{}", "final_speedup": None, "shard": "",
+           "isolation": "not run: the shard made this row without a sandboxed process", "tamper_proof": False}
     out.update({k: v for k, v in row.items() if v is not None or k == "final_speedup"})
     if not out.get("gates"):
         out["gates"] = R.na_gates(f"row status {out.get('status')}", int(out.get("seed") or 0))

@@ -206,9 +206,9 @@ def validate(results_dir: str | Path) -> list[str]:
         if rows_path.exists():
             import pyarrow.parquet as pq
 
-            from lethe.verifier.records import ARROW_SCHEMA, read_rows
+            from lethe.verifier.records import is_verdict_schema, read_rows
 
-            if not pq.read_schema(rows_path).remove_metadata().equals(ARROW_SCHEMA):
+            if not is_verdict_schema(pq.read_schema(rows_path).remove_metadata()):
                 errs.append(f"{name}: verdicts.parquet does not have the verdict arrow schema")
             rows = read_rows(rows_path)
             for r in rows:

@@ -135,15 +135,18 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
             "environment": json.dumps(environment(dev), sort_keys=True),
             "sources": json.dumps(src_info, sort_keys=True)}
 
+    ran: list[tuple[str, Any]] = []  # (role, SandboxResult) of every sandboxed process this row depends on
+
     def finish(**kw) -> list[dict]:
         secs = round(time.perf_counter() - t0, 3)
-        return [R.make_row(**base, profile=prof.name, seconds=secs, **kw) for prof in profs]
+        return [R.make_row(**base, **isolation_fields(ran), profile=prof.name, seconds=secs, **kw) for prof in profs]
 
     # Under the Triton CPU interpreter the plan caps its shape variants harder (probes.NUMEL_CAP_INTERPRET):
     # the interpreter runs every program of the grid in Python.
     interpret = dev == "cpu" and "triton" in cand_src
     rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
                                               interpret=interpret)
+    ran.append(("reference", rraw))
     t1 = lap("reference_s", t0)
     if rstatus != "ok" or not rres.get("ok"):
         err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
@@ -161,6 +164,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
+    ran.append(("candidate", cres))
     t1 = lap("candidate_s", t1)
     phase["candidate_child_s"] = round(getattr(cres, "seconds", 0.0), 3)
     ps = (cres.result or {}).get("probe_seconds") or {}
@@ -188,7 +192,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
     if aot_targets and "triton" in cand_src and (not only_gates or "RES-02" in only_gates):
         cand["resources"] = list(cand.get("resources") or []) + _aot_pass(
-            cand_src, rres, send, seed, aot_targets, timeout_s, memory_mb, runner, cand)
+            cand_src, rres, send, seed, aot_targets, timeout_s, memory_mb, runner, cand, ran)
         t1 = lap("aot_s", t1)
 
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
@@ -199,7 +203,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
                           seed=int(seed), device=dev, constants=constants, memo=memo)
         results = G.grade(bundle, only=only_gates)
-        rows.append(R.make_row(**base, profile=prof.name, seconds=round(time.perf_counter() - t0, 3),
+        rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
+                               seconds=round(time.perf_counter() - t0, 3),
                                status="gated", gates={g: r.to_row() for g, r in results.items()},
                                compile_seconds=round(cand.get("compile_seconds", 0), 3),
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
@@ -208,7 +213,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
 
 def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout_s: float, memory_mb: int,
-              runner, cand: dict) -> list[dict]:
+              runner, cand: dict, ran: list) -> list[dict]:
     """RES-02 ahead of time, in a third sandboxed process (worker.run_aot); failures become cand["aot_error"]."""
     base = next((m for m in rres["probes"] if m["id"] == "rand0" and m["status"] == "ok"), None)
     if base is None:
@@ -219,10 +224,26 @@ def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout
                                           "inputs": base["inputs"], "targets": list(targets), "timeout_s": timeout_s},
                                  arrays={k: send[k] for k in keys}, timeout_s=timeout_s, memory_mb=memory_mb,
                                  device="cpu", env={"TRITON_INTERPRET": None})
+    ran.append(("aot", res))
     if res.status != "ok":
         cand["aot_error"] = f"{res.status}: {res.detail}"[:400]
         return []
     return list((res.result or {}).get("resources") or [])
+
+
+def isolation_fields(ran: list[tuple[str, Any]]) -> dict:
+    """The row's ``isolation`` and ``tamper_proof`` from the sandboxed processes it depends on: tamper-proof only
+    when every one of them (reference, candidate, AOT compile) reported full operating-system isolation.
+
+    One description when they all agree; otherwise each role's own, so a row never claims more than its weakest
+    process had. A runner that is not the sandbox (tests' in-process runner) reports nothing: "none"."""
+    if not ran:
+        return {"isolation": "not run: no sandboxed process", "tamper_proof": False}
+    desc = [(role, getattr(res, "isolation", "") or "none: the runner reported no isolation") for role, res in ran]
+    proof = all(bool(getattr(res, "tamper_proof", False)) for _, res in ran)
+    kinds = {d for _, d in desc}
+    text = desc[0][1] if len(kinds) == 1 else "; ".join(f"{role}: {d}" for role, d in desc)
+    return {"isolation": text[:1000], "tamper_proof": proof}
 
 
 def verdict(row: dict) -> str:
