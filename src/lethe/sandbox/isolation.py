@@ -268,13 +268,11 @@ def _blocked_ancestors(paths: list[str], uid: int) -> dict[str, set[str]]:
 
 def _needed_paths(rw: list[str]) -> list[str]:
     need = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix, *rw}
+    # Every imported module lives under one of these (the import system found it there); walking sys.modules
+    # instead would cost a realpath per module, thousands with torch loaded, on every run.
     for p in sys.path + os.environ.get("PYTHONPATH", "").split(os.pathsep):
         if p and os.path.exists(p):
             need.add(os.path.realpath(p))
-    for mod in list(sys.modules.values()):
-        f = getattr(mod, "__file__", None)
-        if f:
-            need.add(os.path.dirname(os.path.realpath(f)))
     return sorted(need)
 
 
