@@ -376,3 +376,19 @@ def test_candidate_is_not_root_and_cannot_become_root(suite):
     assert report["uid_before"] != 0 and report["uid_after"] == report["uid_before"], report
     assert int(report["cap_eff"], 16) == 0, report
     assert not report["setuid0"] and not report["setresuid0"], report
+
+
+@pytest.mark.gpu
+@needs_isolation
+@pytest.mark.parametrize("start", ["spawn", "zygote"])
+def test_cuda_works_inside_the_isolation(start):
+    """The GPU's device nodes and driver libraries stay usable under the read-only mounts and the leased uid."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    a, b, want = _reference()
+    job = _job("good", a, b, start) | {"device": "cuda", "timeout_s": 120, "memory_mb": 8192}
+    job["payload"]["device"] = "cuda"
+    (res,) = run_many([job], max_workers=1)
+    assert res.status == "ok", (res.detail, res.stderr_tail[-2000:])
+    assert (res.isolation, res.tamper_proof) == (isolation.FULL, True), res.isolation
+    np.testing.assert_allclose(res.arrays["out"], want, rtol=0, atol=0)
