@@ -7,11 +7,11 @@ BIN    := $(VENV)/bin
 
 .PHONY: setup reproduce test lint clean-venv
 
-$(BIN)/lethe: pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (Lethe needs CPython 3.11)"; exit 1; }
+$(BIN)/lethe: pyproject.toml constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (the artifact's environment is CPython 3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,workflow]"
 	@touch $(BIN)/lethe
 
 setup: $(BIN)/lethe

@@ -4,7 +4,7 @@ catch it?
 Two measurements, in one priority-ordered task list cut by a wall-clock budget (fla autotunes every new
 (kernel, dtype, K) on first call, which can take a minute each):
 
-* direct: fla's forward and backward against float64 autograd of the oracle (kernels.gdn.reference) on the
+* direct: fla's forward and backward against float64 autograd of the oracle (lethe.kernels.gdn.reference) on the
   same rounded inputs and the same upstream gradient, per tensor (o, dq, dk, dv, dg, dbeta), first with fla's
   guard in place (records the refusal), then with it bypassed (lethe.foreign.fla640.bypass), three times
   (bitwise determinism). A spy on ``chunk_bwd_kernel_dqkwg`` records the tile (BK) each backward launched.

@@ -38,7 +38,7 @@ def _load(name: str):
 
 def replay_cell(fc, member: str, V: int, T: int, K: int = 128, H: int = 2, seed: int = 20260829) -> dict:
     """Gate-gradient errors of the float32 torch path, summed after rounding ("before") and before ("after")."""
-    from kernels.gdn import autograd
+    from lethe.kernels.gdn import autograd
 
     if member not in ("sgdn", "kda"):
         raise SystemExit(f"--cells: {member!r}: the replay covers the beta-carrying members sgdn and kda")

@@ -6,7 +6,7 @@
 (a) Correctness, for the members fla implements, on the same rounded bf16 inputs (d_k = 128, chunk 64,
     d_v in {64, 128}, T in {1024, 4096}, B = 1, H = 2: the ladder's inputs, experiments/gdn/ladder.py):
     output and every input gradient of fla and of ``chunk_family(..., backend="triton")`` each against the
-    float64 oracle (kernels.gdn.reference, autograd), worst relative error per tensor max|x - ref| / max|ref|
+    float64 oracle (lethe.kernels.gdn.reference, autograd), worst relative error per tensor max|x - ref| / max|ref|
     (the ladder's metric), and fla against ours directly (max|fla - ours| / max|ours|).
 
     | member | fla op | our call |
@@ -389,7 +389,7 @@ def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
     """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member with its per-head g,
     which chunk_family broadcasts over K itself and whose gradient it sums in float32 before rounding).
     ``fwd_options`` (dot_precision, wy_inverse) go to chunk_family unchanged."""
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn.autograd import chunk_family
 
     m = MEMBERS[member]["ours_member"]
 
@@ -403,8 +403,8 @@ def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
 
 
 def oracle_fn(member: str):
-    """float64 output of ``member`` from its own definition (kernels.gdn.reference)."""
-    from kernels.gdn import reference as R
+    """float64 output of ``member`` from its own definition (lethe.kernels.gdn.reference)."""
+    from lethe.kernels.gdn import reference as R
 
     def f(x, s):
         q, k, v = x["q"], x["k"], x["v"]
@@ -653,8 +653,8 @@ def precompile_ours(run: Run, combos) -> None:
     launch then compiles as usual."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import decay_floor_check_off, triton_chunk_fwd
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import decay_floor_check_off, triton_chunk_fwd
     from lethe.aot import record_launches
 
     t0 = time.perf_counter()
@@ -927,7 +927,7 @@ def bench_inputs(member: str, B: int, T: int, H: int, K: int, V: int, dtype, g_d
 
 def _slice_check(run: Run, member: str, leaves: dict, do: torch.Tensor, results: dict, scale: float) -> dict:
     """Each implementation's first head of the first batch element against the float64 chunked reference
-    (kernels.gdn.chunked through chunk_family(backend="torch"), validated against the oracle by the CPU tests).
+    (lethe.kernels.gdn.chunked through chunk_family(backend="torch"), validated against the oracle by the CPU tests).
     Heads are independent, so the sliced problem's gradients are the full problem's gradients sliced."""
     sl = lambda t: t[0:1, :, 0:1]  # noqa: E731
     x64 = {n: sl(t.detach()).double().requires_grad_() for n, t in leaves.items()}
@@ -974,7 +974,7 @@ def count_native_k1():
     scan for CPU or float64 inputs, so a count of zero is how a row tells that the CuTe kernel did not run."""
     counter = {"calls": None}
     try:
-        from kernels.gdn.native import api
+        from lethe.kernels.gdn.native import api
         orig = api.native_reverse_state_scan
     except (ImportError, AttributeError):  # the wrapper moved: report "unknown" rather than fail the cell
         api = None
@@ -1460,7 +1460,7 @@ def resolve_impls(spec: str, dry_run: bool, cuda: bool, cute: bool) -> tuple[str
     else:
         asked = {i for i in spec.split(",") if i}
         if "native" in asked and not dry_run and not (cuda and cute):
-            raise SystemExit("--impls native needs CUDA and the CuTe DSL (kernels.gdn.native.cute_dsl_available())")
+            raise SystemExit("--impls native needs CUDA and the CuTe DSL (lethe.kernels.gdn.native.cute_dsl_available())")
     return tuple(i for i in known if i in asked)
 
 
@@ -1489,12 +1489,12 @@ def main(argv=None) -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("fla_compare needs the GPU (use --dry-run on the CPU)")
     impls = ("ours", "torch") if args.dry_run else ("ours", "fla")
-    from kernels.gdn.native import cute_dsl_available
+    from lethe.kernels.gdn.native import cute_dsl_available
 
     cute = cute_dsl_available()
     bench_impls = resolve_impls(args.impls, args.dry_run, torch.cuda.is_available(), cute)
     if "native" in bench_impls:
-        from kernels.gdn.native.backend import register
+        from lethe.kernels.gdn.native.backend import register
 
         register()  # chunk_family(backend="native") dispatches through NATIVE_BACKENDS["default"]
     run = Run(args=args, out=out, device=device, dtype=getattr(torch, args.dtype), g_dtype=getattr(torch, args.g_dtype),

@@ -58,7 +58,7 @@ def tf32(x: torch.Tensor, mode: str = "trunc") -> torch.Tensor:
 
 
 def replay_forward(ctx: dict, rounded: frozenset, mode: str = "trunc") -> dict:
-    """The Triton forward's products in float64 from the exact chunked ctx (``kernels.gdn.chunked.chunk_fwd``),
+    """The Triton forward's products in float64 from the exact chunked ctx (``lethe.kernels.gdn.chunked.chunk_fwd``),
     with the operands of the ``rounded`` product groups rounded to TF32. Returns o (chunked) and the tensors the
     backward reads from the forward: Tm, Wm, Hs, delta."""
     def R(x, stage):
@@ -118,8 +118,8 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
 
 def member_outputs(member, leaves, names, o, general_grads):
     """o and the member's own gradients: the general recurrence's (dq, dk, dv, dg, db, dw) taken back through the
-    member's gate broadcast (kernels.gdn.reference.gates_for_member), as the ladder's autograd sees them."""
-    from kernels.gdn.reference import gates_for_member
+    member's gate broadcast (lethe.kernels.gdn.reference.gates_for_member), as the ladder's autograd sees them."""
+    from lethe.kernels.gdn.reference import gates_for_member
 
     dq, dk, dv, dg, db, dw = general_grads
     gf, bf, wf = gates_for_member(member, leaves["q"], leaves["v"], leaves.get("g"), leaves.get("b"),
@@ -158,8 +158,8 @@ def cases():
 def run_arm(member, V, T, seed, log=print) -> list[dict]:
     import ladder as L
 
-    from kernels.gdn import chunked
-    from kernels.gdn.reference import gates_for_member
+    from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn.reference import gates_for_member
 
     x = L.make_inputs(1, T, 2, 128, V, seed, "cpu", member)
     names, src = L.member_args(member, x)

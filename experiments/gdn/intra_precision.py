@@ -58,7 +58,7 @@ def parse_cells(text: str) -> list[tuple[str, int, int]]:
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
-    from kernels.gdn.launch_tables import overrides_from_cli
+    from lethe.kernels.gdn.launch_tables import overrides_from_cli
 
     name, sep, spec = text.partition("=")
     if not sep or not name or name == "default":
@@ -95,9 +95,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if not args.cpu_smoke and not torch.cuda.is_available():
         raise SystemExit("intra_precision.py times CUDA kernels: it needs a CUDA GPU")
-    from kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT
-    from kernels.gdn.launch_tables import overridden
-    from kernels.gdn.triton_bwd import intra_precision
+    from lethe.kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT
+    from lethe.kernels.gdn.launch_tables import overridden
+    from lethe.kernels.gdn.triton_bwd import intra_precision
     from lethe import provenance
 
     fc = _fla_compare()
@@ -184,7 +184,7 @@ def main(argv=None):
 
 
 def _default_entry() -> dict:
-    from kernels.gdn.triton_bwd import BWD_LAUNCH
+    from lethe.kernels.gdn.triton_bwd import BWD_LAUNCH
 
     return dict(BWD_LAUNCH["intra_bwd_kernel"])
 

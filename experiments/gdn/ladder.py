@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from kernels.gdn.fwd_options import (  # noqa: E402
+from lethe.kernels.gdn.fwd_options import (  # noqa: E402
     DOT_PRECISION_DEFAULT,
     DOT_PRECISIONS,
     OUTPUT_PRECISION_DEFAULT,
@@ -88,7 +88,7 @@ def family_member(member: str) -> str:
 
 def oracle_output(member, q, k, v, g=None, b=None, w=None):
     """The float64 output of a ladder member from its own definition (sgdn: KDA's, its g broadcast over d_k)."""
-    from kernels.gdn import reference as R
+    from lethe.kernels.gdn import reference as R
 
     if member == "sgdn":
         return R.kda(q, k, v, g.unsqueeze(-1).expand(*g.shape, q.shape[-1]), b)[0]
@@ -96,8 +96,8 @@ def oracle_output(member, q, k, v, g=None, b=None, w=None):
 
 
 def rung_tile(device, K, V, C, T, seed, smoke, fwd_options=None):
-    from kernels.gdn import chunked
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     x = make_inputs(1, T, 2, K, V, seed, "cpu")
     f32 = {n: t.float().to(device) for n, t in x.items()}
@@ -120,9 +120,9 @@ def rung_tile(device, K, V, C, T, seed, smoke, fwd_options=None):
 
 def rung_stage(device, K, V, C, T, dtype, seed, fwd_options=None):
     """Triton intermediates against the float64 chunked reference on the same rounded inputs."""
-    from kernels.gdn import chunked
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     x = make_inputs(1, T, 2, K, V, seed, device)
     low = {n: t.to(dtype) for n, t in x.items()}
@@ -157,8 +157,8 @@ def rung_e2e(device, member, K, V, C, T, dtype, seed, H=2, backend="triton", rep
     """``repeats`` > 1 re-runs the same forward and backward and records whether every output and gradient
     came back bit for bit the same (the determinism the native kernels promise). ``fwd_options`` (dot_precision,
     wy_inverse) configure the Triton forward through chunk_family."""
-    from kernels.gdn import reference as R
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn import reference as R
+    from lethe.kernels.gdn.autograd import chunk_family
 
     x = make_inputs(1, T, H, K, V, seed, device, member)
     names, src = member_args(member, x)
@@ -216,7 +216,7 @@ def rung_fla(device, K, V, T, dtype, seed, budget_s, sink=None):
     from fla.ops.kda import chunk_kda
     from fla.ops.simple_gla import chunk_simple_gla
 
-    from kernels.gdn import reference as R
+    from lethe.kernels.gdn import reference as R
 
     ops = {
         "la": lambda a: chunk_simple_gla(a["q"], a["k"], a["v"], g=None),
@@ -285,7 +285,7 @@ NATIVE_FORWARD = "not used: the native backend runs the torch chunked forward in
 
 
 def fwd_launch_table() -> dict:
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     return {name: dict(cfg) for name, cfg in FWD_LAUNCH.items()}
 
@@ -300,8 +300,8 @@ def kernel_precisions_ran(dot_precision: str, dtypes, wy_inverse: str = "split")
     step (the row and blocked kernels take the forward's dot_precision, "fwd")."""
     import torch
 
-    from kernels.gdn.fwd_options import resolve_precision
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.fwd_options import resolve_precision
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     out = {}
     for kernel, key in PREC_KERNEL_KEYS.items():
@@ -343,7 +343,7 @@ def main(argv=None):
                          "state_fwd_kernel:PREC=tf32rn; recorded in the summary (launch_overrides, fwd_launch)")
     ap.add_argument("--name", default=None, help="output file name (default ladder[_<backend>].json)")
     args = ap.parse_args(argv)
-    from kernels.gdn.launch_tables import overridden, overrides_from_cli
+    from lethe.kernels.gdn.launch_tables import overridden, overrides_from_cli
 
     launch = overrides_from_cli(args.launch)
     with overridden(launch):
@@ -383,7 +383,7 @@ def _run(args, launch: dict):
     kernels_ran = kernel_precisions_ran(args.dot_precision, dtypes, args.wy_inverse)
     if args.backend != "triton" and args.cpu_smoke:
         raise SystemExit(f"the {args.backend} backend runs CuTe DSL kernels: it needs the GPU (no --cpu-smoke)")
-    from kernels.gdn.reference import MEMBERS
+    from lethe.kernels.gdn.reference import MEMBERS
 
     members = [m for m in args.members.split(",") if m]
     unknown = set(members) - set(MEMBERS) - {"sgdn"}

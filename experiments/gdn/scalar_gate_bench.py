@@ -4,7 +4,7 @@
 Per cell (member sgdn = KDA with a per-head g; bf16; d_k 128; H 2; B*H*T = 2^20 head-tokens by default):
 
 1. correctness, before anything is timed: o and every gradient of the first head of the first sequence against
-   the float64 chunked reference (kernels.gdn.chunked through chunk_family(backend="torch"), itself pinned to the
+   the float64 chunked reference (lethe.kernels.gdn.chunked through chunk_family(backend="torch"), itself pinned to the
    float64 oracle by the CPU tests), max-relative error per tensor, against the ladder's 5e-3 pin; the same for
    fla; the scalar path run twice on the same inputs must agree bit for bit; every output finite;
 2. timing: backward alone and forward + backward, CUDA events, warm-up, median over rounds rotating over several
@@ -183,7 +183,7 @@ def kernel_breakdown(fc, V, T, args) -> dict:
 
 
 def variants(fc, specs, V, T, args, log) -> list[dict]:
-    from kernels.gdn.launch_tables import overridden, overrides_from_cli
+    from lethe.kernels.gdn.launch_tables import overridden, overrides_from_cli
 
     B = max(1, args.head_tokens // (args.H * T))
     leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
@@ -270,7 +270,7 @@ def main(argv=None):
     except Exception as exc:  # fla missing: its rows are skipped, the rest runs
         doc["meta"]["fla_import_error"] = repr(exc)
         impls = [i for i in impls if i != "fla"]
-    from kernels.gdn.scalar_gate import SG_LAUNCH
+    from lethe.kernels.gdn.scalar_gate import SG_LAUNCH
 
     doc["meta"]["sg_launch"] = SG_LAUNCH
 

@@ -68,7 +68,7 @@ class Mixer(nn.Module):
         self.out = nn.Linear(H * V, d_model, bias=False)
 
     def forward(self, x, backend, lowp, chunk):
-        from kernels.gdn.autograd import chunk_family
+        from lethe.kernels.gdn.autograd import chunk_family
 
         B, T, _ = x.shape
         H, K, V = self.H, self.K, self.V
@@ -163,7 +163,7 @@ def main(argv=None):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.cpu_smoke:  # before the kernels are imported (the launch tables live beside them)
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from kernels.gdn.launch_tables import overridden, overrides_from_cli
+    from lethe.kernels.gdn.launch_tables import overridden, overrides_from_cli
 
     launch = overrides_from_cli(args.launch)
     with overridden(launch), warnings.catch_warnings(record=True) as caught:

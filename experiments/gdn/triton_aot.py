@@ -35,7 +35,7 @@ for p in (str(ROOT / "src"), str(ROOT)):
 
 import torch  # noqa: E402
 
-from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
+from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
 
 SCHEMA = "lethe.gdn.triton_aot/1"
 KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel",
@@ -47,11 +47,11 @@ VARIANTS = ("erase", "noerase", "scalar")
 def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: bool = True, T: int | None = None,
                             wy_inverse: str = WY_INVERSE_DEFAULT, B: int | None = None):
     """The launches ``triton_chunk_fwd`` + ``triton_chunk_bwd`` make for one shape (recorded, not executed); with
-    ``erase="scalar"`` those of the scalar-gate path (``kernels.gdn.scalar_gate``: KDA with a per-head g), by
+    ``erase="scalar"`` those of the scalar-gate path (``lethe.kernels.gdn.scalar_gate``: KDA with a per-head g), by
     default at 64 sequences of 2 heads: its scans choose their V-block from the number of heads (at B*H = 128 the
     benchmark's configuration), the other kernels do not depend on the batch."""
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
     from lethe.aot import record_launches
 
     T = T or 4 * C
@@ -59,7 +59,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     gen = torch.Generator().manual_seed(0)
     r = lambda *s: torch.randn(*s, generator=gen).to(dtype)  # noqa: E731
     if erase == "scalar":
-        from kernels.gdn.scalar_gate import sg_chunk_bwd, sg_chunk_fwd
+        from lethe.kernels.gdn.scalar_gate import sg_chunk_bwd, sg_chunk_fwd
 
         q, k, v = r(B, T, H, K), r(B, T, H, K), r(B, T, H, V)
         g, beta = (-0.05 * torch.rand(B, T, H, generator=gen)).to(dtype), torch.rand(B, T, H, generator=gen).to(dtype)
@@ -71,7 +71,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     g = (-0.05 * torch.rand(B, T, H, K, generator=gen)).to(dtype)
     b = torch.rand(B, T, H, K, generator=gen).to(dtype) if erase else None
     w = torch.rand(B, T, H, V, generator=gen).to(dtype)
-    from kernels.gdn.triton_fwd import decay_floor_check_off
+    from lethe.kernels.gdn.triton_fwd import decay_floor_check_off
 
     with record_launches(execute=False) as launches, decay_floor_check_off():
         o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=C, wy_inverse=wy_inverse)
@@ -88,7 +88,7 @@ def launch_config(rec) -> dict:
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
         kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT,
         ptx_dir: Path | None = None) -> dict:
-    from kernels.gdn.launch_tables import find_table, overridden
+    from lethe.kernels.gdn.launch_tables import find_table, overridden
     from lethe.aot import compile_launch, compiled_ptx
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for
@@ -187,7 +187,7 @@ def main(argv=None):
     ap.add_argument("--json", default="", help="write the report here (with a provenance block alongside)")
     ap.add_argument("--ptx-dir", default="", help="also write each compiled kernel's PTX into this folder")
     args = ap.parse_args(argv)
-    from kernels.gdn.launch_tables import parse_overrides
+    from lethe.kernels.gdn.launch_tables import parse_overrides
 
     doc = run(dvs=[int(x) for x in args.dvs.split(",")], dtypes=args.dtypes.split(","), K=args.dk, C=args.chunk,
               target=args.target, overrides=parse_overrides(args.override),

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT))
 
-from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT  # noqa: E402
-from kernels.gdn.launch_tables import overridden, table_for  # noqa: E402
+from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT  # noqa: E402
+from lethe.kernels.gdn.launch_tables import overridden, table_for  # noqa: E402
 
 # candidates per kernel (each a partial override of the table entry); the default is always timed too
 CANDIDATES = {
@@ -89,7 +89,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn.autograd import chunk_family
 
     fc_inputs = _bench_inputs()
     H, K = 2, 128
@@ -194,7 +194,7 @@ def best_per_kernel(rows: list[dict]) -> dict:
 def check_candidates(args) -> None:
     """Refuse unknown kernels and candidates with keys their launch entry does not have before any GPU time is
     spent: a misspelt key would time the default configuration under the candidate's name."""
-    from kernels.gdn.launch_tables import check_overrides
+    from lethe.kernels.gdn.launch_tables import check_overrides
 
     kernels = [k for k in args.kernels.split(",") if k]
     unknown = set(kernels) - set(CANDIDATES)

@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernels.gdn import chunked  # noqa: E402
+from lethe.kernels.gdn import chunked  # noqa: E402
 
 C = 64
 K = 128
@@ -145,7 +145,7 @@ def gdn_inputs(B, H, T, V, dtype, seed, erase=True):
 
 
 def check_correctness(out):
-    from kernels.gdn.native.api import k1_launch, native_reverse_state_scan
+    from lethe.kernels.gdn.native.api import k1_launch, native_reverse_state_scan
 
     res = []
     for erase in (True, False):
@@ -181,9 +181,9 @@ def check_correctness(out):
             assert all(a.shape == r.shape for a, r in zip(w_out, ref32, strict=True))
     out["k1_correctness"] = res
     # end to end: the native backend through the family's autograd vs the float64 recurrence
-    from kernels.gdn import reference
-    from kernels.gdn.autograd import chunk_family
-    from kernels.gdn.native.backend import register
+    from lethe.kernels.gdn import reference
+    from lethe.kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn.native.backend import register
 
     register()
     e2e = []
@@ -201,7 +201,7 @@ def check_correctness(out):
         lt = [x.detach().clone().requires_grad_(True) for x in (q, k, v, gt, b, w)]
         ot, _ = chunk_family(*lt, member="gdn", backend="torch")
         ot.backward(do)
-        from kernels.gdn.native.backend import NATIVE
+        from lethe.kernels.gdn.native.backend import NATIVE
 
         row = {"dtype": str(dtype), "native_backend": NATIVE.name}
         for name, a, t, r in zip("q k v g b w".split(), g_nat, [x.grad for x in lt], [x.grad for x in l64], strict=True):
@@ -249,8 +249,8 @@ def synth_triton(BH, N, V, seed):
 
 
 def time_configs(out, quick):
-    from kernels.gdn.native.api import k1_launch
-    from kernels.gdn.triton_bwd import state_bwd_kernel
+    from lethe.kernels.gdn.native.api import k1_launch
+    from lethe.kernels.gdn.triton_bwd import state_bwd_kernel
 
     ceil = out.get("ceilings", {})
     rows = []
@@ -341,8 +341,8 @@ def k2_impls():
         def backward(do, ctx, dS):
             return chunked.chunk_bwd(do, ctx, dS)
         return launch, chunked.wy_vjp_torch, chunked.reverse_state_scan, backward
-    from kernels.gdn.native.api import k2_launch, native_reverse_state_scan, native_wy_vjp
-    from kernels.gdn.native.backend import NATIVE
+    from lethe.kernels.gdn.native.api import k2_launch, native_reverse_state_scan, native_wy_vjp
+    from lethe.kernels.gdn.native.backend import NATIVE
 
     return k2_launch, native_wy_vjp, native_reverse_state_scan, NATIVE.backward
 
@@ -400,7 +400,7 @@ def check_k2_correctness(out):
 
 def k2_counts(L, V):
     """FLOPs of one K2 call and its fewest bytes (each operand read once, each output written once, float32)."""
-    from kernels.gdn.native.k2_hopper_plan import flops_per_chunk
+    from lethe.kernels.gdn.native.k2_hopper_plan import flops_per_chunk
 
     reads = C * V + K * V + C * C + C * K + C * V
     writes = C * K + C * V + C * C
@@ -546,12 +546,12 @@ def time_backward(out, quick):
 
 def k1_wgmma_impl():
     """The tensor-core K1 on flattened [L, ...] operands; the dry run (CPU) substitutes its float64 replay with
-    the kernel's bf16 roundings (kernels.gdn.native.k1_scan_model), so only the plumbing is exercised."""
+    the kernel's bf16 roundings (lethe.kernels.gdn.native.k1_scan_model), so only the plumbing is exercised."""
     if DEV != "cpu":
-        from kernels.gdn.native.api import k1_wgmma_launch
+        from lethe.kernels.gdn.native.api import k1_wgmma_launch
 
         return k1_wgmma_launch
-    from kernels.gdn.native.k1_scan_model import model
+    from lethe.kernels.gdn.native.k1_scan_model import model
 
     def launch(P, Kend, Qg, Wm, GC, dO, dSF, n_chunks, split=False):
         L = Kend.shape[0]
@@ -569,7 +569,7 @@ def k1_wgmma_stage(out, quick):
     """Correctness first (real GDN data, erase on and off: vs float64 K1 within 2x the float64 replay of the
     kernel's own bf16 roundings + 1e-4, finite, bitwise over 3 runs), then timing against the SIMT K1 and the
     torch K1 on the K1 timing shapes, with the floor counted for bf16 operands."""
-    from kernels.gdn.native.k1_scan_model import model
+    from lethe.kernels.gdn.native.k1_scan_model import model
 
     launch = k1_wgmma_impl()
     corr = []
@@ -640,7 +640,7 @@ def k1_wgmma_stage(out, quick):
             med_b, _, _ = events_median(lambda s, N=N: launch(*s[:7], N), split_sets)
             row["wgmma_bf16_in_ms"] = med_b  # the same kernel on bf16 inputs: no casts inside the timing
         if DEV != "cpu":
-            from kernels.gdn.native.api import k1_launch
+            from lethe.kernels.gdn.native.api import k1_launch
 
             def simt(s, BH=BH, N=N):
                 P, Kend, Qg, Wm, GC, dO, dSF = s
@@ -664,12 +664,12 @@ def k2_wgmma_stage(out, quick):
     float32 -> bf16 casts (the wrapper's contract); a second timing hands it bf16 operands."""
     import numpy as np
 
-    from kernels.gdn.native.k2_model import k2_batched
+    from lethe.kernels.gdn.native.k2_model import k2_batched
 
     if DEV == "cpu":
         out["k2_wgmma_skipped"] = "dry run: the tensor-core K2 has no CPU stand-in"
         return
-    from kernels.gdn.native.api import k2_launch, k2_wgmma_launch
+    from lethe.kernels.gdn.native.api import k2_launch, k2_wgmma_launch
 
     corr = []
     out["k2_wgmma_correctness"] = corr

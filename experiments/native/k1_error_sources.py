@@ -1,7 +1,7 @@
 """Where K1's bf16 error comes from: the reverse state scan replayed in float64 with its operands rounded to bf16
 all together, or all but one, on the GDN ladder's own inputs (CPU, a few seconds).
 
-K1 = kernels.gdn.chunked.reverse_state_scan; the tensor-core kernel reads P, Kend, Qg, W and per-chunk copies of
+K1 = lethe.kernels.gdn.chunked.reverse_state_scan; the tensor-core kernel reads P, Kend, Qg, W and per-chunk copies of
 dS and d delta in bf16. Leaving one of them exact and measuring d delta's and dS0's error against the exact scan
 says which rounding dominates -- the measurement behind the kernel's split-operand mode (docs/native.md).
 
@@ -58,8 +58,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import ladder as L
 
-    from kernels.gdn import chunked
-    from kernels.gdn.reference import gates_for_member
+    from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn.reference import gates_for_member
 
     def err(a, r):
         return float((a - r).abs().max() / r.abs().max().clamp_min(1e-300))

@@ -2,9 +2,9 @@
 with its rounding points rounded to bf16 all together, all but one, or as bf16 hi/lo pairs, plugged into the
 float64 chunked backward on the GDN ladder's own inputs (CPU, about a minute).
 
-K2 = kernels.gdn.chunked.wy_vjp_torch; the Hopper tensor-core K2 (kernels/gdn/native/k2_hopper_wgmma.py) holds
+K2 = lethe.kernels.gdn.chunked.wy_vjp_torch; the Hopper tensor-core K2 (kernels/gdn/native/k2_hopper_wgmma.py) holds
 its inputs dd, S0 (= Hs), T, Xe, U and the intermediates dW, dT, Y in bf16 (the rounding points of
-kernels.gdn.native.k2_model, which the H200 run matched: docs/native.md). For each case the script reports the
+lethe.kernels.gdn.native.k2_model, which the H200 run matched: docs/native.md). For each case the script reports the
 K2 outputs' error against the exact K2 and the end-to-end gradients' error against the exact float64 backward
 (everything else exact), next to the ladder's 5e-3 pin -- the measurement that decides whether the kernel can
 enter a backend, and with which operands split.
@@ -36,7 +36,7 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
 
 def k2(dd, ctx, rounded=frozenset(), split=frozenset()):
     """K2 in float64 with the named rounding points rounded once to bf16 (``split``: as a bf16 hi/lo pair, about
-    16 bits). Same products as :func:`kernels.gdn.chunked.wy_vjp_torch` (and as the kernel's, up to the
+    16 bits). Same products as :func:`lethe.kernels.gdn.chunked.wy_vjp_torch` (and as the kernel's, up to the
     accumulation order, which float64 makes immaterial here)."""
     def rnd(x, name):
         if name in split:
@@ -87,8 +87,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     import ladder as L
 
-    from kernels.gdn import chunked
-    from kernels.gdn.reference import gates_for_member
+    from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn.reference import gates_for_member
 
     rows = []
     for member in args.members.split(","):

@@ -154,7 +154,7 @@ def resolved_fwd_options(impl: str) -> dict:
     """The Triton forward's options an implementation runs with, defaults filled in (recorded in every row, so a
     row says what "hybrid-tc" meant at its commit, and ``output_precision_bf16`` what the output kernel ran at on
     the GPU's bf16 inputs); {} for implementations without our Triton forward."""
-    from kernels.gdn.fwd_options import (
+    from lethe.kernels.gdn.fwd_options import (
         DOT_PRECISION_DEFAULT,
         GATE_FORM_DEFAULT,
         OUTPUT_PRECISION_DEFAULT,
@@ -162,7 +162,7 @@ def resolved_fwd_options(impl: str) -> dict:
         resolve_output_precision,
         resolve_precision,
     )
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     base, opts = parse_impl(impl)
     if base not in ("ours", "hybrid", "hybrid-tc"):
@@ -384,12 +384,12 @@ def main(argv=None) -> dict:
                 continue
             launch = launch_overrides(impl)
             try:
-                from kernels.gdn.launch_tables import overridden
+                from lethe.kernels.gdn.launch_tables import overridden
 
                 with overridden(launch):
                     row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
                     if row_options:  # the Triton forward's launch table as it ran (KEND, DIRECT, ...)
-                        from kernels.gdn.triton_fwd import FWD_LAUNCH
+                        from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
                         row["fwd_launch"] = {name: dict(cfg) for name, cfg in FWD_LAUNCH.items()}
                 if launch:

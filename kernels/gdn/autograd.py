@@ -1,22 +1,22 @@
 """One autograd.Function and one entry point for the five family members.
 
 ``chunk_family(q, k, v, g, b, w, member=..., backend=...)`` maps a member's own gates onto the general
-recurrence (see :func:`kernels.gdn.reference.gates_for_member` for the per-member conventions), then runs the
+recurrence (see :func:`lethe.kernels.gdn.reference.gates_for_member` for the per-member conventions), then runs the
 chunked forward and the explicit chunked backward of the chosen backend:
 
-* ``"torch"``  -- :mod:`kernels.gdn.chunked` (any device; the float32 reference path of the training runs);
-* ``"triton"`` -- :mod:`kernels.gdn.triton_fwd` / :mod:`kernels.gdn.triton_bwd` (CUDA, or the CPU interpreter
+* ``"torch"``  -- :mod:`lethe.kernels.gdn.chunked` (any device; the float32 reference path of the training runs);
+* ``"triton"`` -- :mod:`lethe.kernels.gdn.triton_fwd` / :mod:`lethe.kernels.gdn.triton_bwd` (CUDA, or the CPU interpreter
   when ``TRITON_INTERPRET=1``);
-* ``"native"`` -- a native backward registered by another module under ``kernels.gdn.NATIVE_BACKENDS``;
+* ``"native"`` -- a native backward registered by another module under ``lethe.kernels.gdn.NATIVE_BACKENDS``;
   refused with an explicit error when none is registered;
 * ``"hybrid"`` -- the Triton forward and intra-chunk backward with the native reverse state scan (K1), also
-  from ``NATIVE_BACKENDS`` (:class:`kernels.gdn.native.backend.HybridGDN`);
+  from ``NATIVE_BACKENDS`` (:class:`lethe.kernels.gdn.native.backend.HybridGDN`);
 * ``"hybrid-tc"`` -- as ``"hybrid"`` with K1 on Hopper tensor cores for bf16 inputs and the backward's
-  tail fused (:class:`kernels.gdn.native.backend.HybridTensorCoreGDN`);
+  tail fused (:class:`lethe.kernels.gdn.native.backend.HybridTensorCoreGDN`);
 * ``"auto"``   -- triton on CUDA tensors, torch otherwise.
 
 The scalar-gate gated delta rule (KDA with a per-head g ``[B, T, H]``) takes its own Triton kernels
-(:mod:`kernels.gdn.scalar_gate`) on the Triton-based backends (triton, hybrid, hybrid-tc) unless
+(:mod:`lethe.kernels.gdn.scalar_gate`) on the Triton-based backends (triton, hybrid, hybrid-tc) unless
 ``gate_form="general"``, which keeps the general kernels (the control); ``ctx.pipeline`` records which ran.
 
 Members that never erase (LA, GLA, SSD) pass ``b=None`` down, so the triangular solve is skipped (T = I).
@@ -66,7 +66,7 @@ SCALAR_GATE_BACKENDS = ("triton", "hybrid", "hybrid-tc")
 
 
 def scalar_gate_applies(member: str, g, b, backend: str, q, v, chunk: int, gate_form: str = GATE_FORM_DEFAULT) -> bool:
-    """Whether a call runs on :mod:`kernels.gdn.scalar_gate`: ``gate_form="auto"``, KDA with a per-head g and beta
+    """Whether a call runs on :mod:`lethe.kernels.gdn.scalar_gate`: ``gate_form="auto"``, KDA with a per-head g and beta
     (``[B, T, H]`` both), a Triton-based backend (resolved: "auto" on CUDA is "triton") on CUDA tensors or the CPU
     interpreter, and d_k, d_v and the chunk powers of two >= 16 (what the kernels take; other sizes keep the general
     path, which refuses them with its own message)."""
@@ -144,7 +144,7 @@ class ChunkGDNFunction(torch.autograd.Function):
             if key not in NATIVE_BACKENDS:
                 _register_native()
             if key not in NATIVE_BACKENDS:
-                raise NotImplementedError(f"no {backend} GDN backend is registered in kernels.gdn.NATIVE_BACKENDS")
+                raise NotImplementedError(f"no {backend} GDN backend is registered in lethe.kernels.gdn.NATIVE_BACKENDS")
             impl = NATIVE_BACKENDS[key]
             if backend != "native":
                 o, S, saved = impl.forward(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision, wy_inverse,
@@ -205,7 +205,7 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     another value than the default (3xTF32 throughout: docs/gdn.md §3). The torch and native backends ignore them.
 
     ``gate_form``: "auto" (the default) runs KDA with a per-head g (the scalar-gate gated delta rule) on its own
-    Triton kernels (:mod:`kernels.gdn.scalar_gate`) under the triton, hybrid and hybrid-tc backends; "general"
+    Triton kernels (:mod:`lethe.kernels.gdn.scalar_gate`) under the triton, hybrid and hybrid-tc backends; "general"
     keeps the general kernels there. ``wy_inverse`` and ``output_precision`` do not apply to that path.
     """
     if member not in MEMBERS:

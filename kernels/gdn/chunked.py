@@ -194,7 +194,7 @@ def wy_vjp_torch(dd, ctx):
     With S0 = Hs (state at the chunk's start), T = Tm, X = Xe, U = uc:
     dW = -dd S0^T, dT = dW X^T + dd U^T, dXe = T^T dW, du = T^T dd, dA = -(T^T dT T^T) * strict (strictly lower).
     Only called when the forward ran with erase (Tm is not None). The native kernels
-    (:func:`kernels.gdn.native.api.native_wy_vjp`) are drop-ins for this function.
+    (:func:`lethe.kernels.gdn.native.api.native_wy_vjp`) are drop-ins for this function.
     """
     Tm = ctx["Tm"]
     strict, _ = _masks(Tm.shape[-1], dd.device)

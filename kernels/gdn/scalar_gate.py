@@ -3,7 +3,7 @@
     S_t = exp(g_t) (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T,     o_t = S_t^T (scale q_t)
 
 with g, beta ``[B, T, H]`` -- fla's ``chunk_gated_delta_rule``, ``chunk_family(member="kda")`` with a per-head g.
-It is the general recurrence (:mod:`kernels.gdn.chunked`) with g broadcast over d_k and b = w = beta, so the
+It is the general recurrence (:mod:`lethe.kernels.gdn.chunked`) with g broadcast over d_k and b = w = beta, so the
 float64 oracle and the torch chunked path are its references, and the general Triton kernels compute it too. They
 have to form per-channel decayed float32 operands (q * Gamma, k / Gamma) and run TF32 products on them. With a
 scalar decay every pairwise decay factors out of the products as a [C, C] matrix exp(gc_t - gc_s) (gc the
@@ -26,7 +26,7 @@ two chunk-local kernels: ``sg_intra_out_bwd_kernel`` (through the output's produ
 and d gc so far) and ``sg_intra_wy_bwd_kernel`` (the WY / triangular-inverse VJP: dv, dbeta, the rest of dk and
 d gc, dg as its in-chunk reverse sum), which write the gradients in the caller's layout themselves.
 
-:func:`kernels.gdn.autograd.scalar_gate_applies` says when :func:`kernels.gdn.autograd.chunk_family` takes this
+:func:`lethe.kernels.gdn.autograd.scalar_gate_applies` says when :func:`lethe.kernels.gdn.autograd.chunk_family` takes this
 path (``gate_form="auto"``); ``gate_form="general"`` keeps the general kernels for the same call (the control).
 """
 

@@ -220,7 +220,7 @@ def triton_chunk_bwd(do, ctx, dS_final=None, scan=None, fused_tail=False):
 
     ``scan`` replaces the reverse state scan (``state_bwd_kernel``): ``scan(doi, ctx, dS_final)`` returns
     (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,T_pad,V]``, dS0 ``[B,H,K,V]``) in float32, e.g. the native K1
-    (:func:`kernels.gdn.native.api.scan_for_triton_ctx`). ``fused_tail`` finishes in one Triton kernel
+    (:func:`lethe.kernels.gdn.native.api.scan_for_triton_ctx`). ``fused_tail`` finishes in one Triton kernel
     (``bwd_tail_kernel``) instead of the torch tail: same arithmetic, the in-chunk reverse sum in another order."""
     qi, ki, gam = ctx["qi"], ctx["ki"], ctx["gam"]
     B, H, TP, K = qi.shape

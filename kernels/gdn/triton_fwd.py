@@ -1,5 +1,5 @@
 """Triton forward of the chunked WY form: an input kernel, then three kernels, one per stage of
-:mod:`kernels.gdn.chunked`.
+:mod:`lethe.kernels.gdn.chunked`.
 
 0. ``prep_fwd_kernel`` (grid B*H x N): the inputs in the internal layout, gamma = the chunk-local cumulative
    log-decay, u = w*v and e = b*k, in one pass.

@@ -36,7 +36,7 @@ def small_ctx():
     sys.path.insert(0, str(ROOT / "tests" / "kernels" / "gdn"))
     from gdn_helpers import make_inputs
 
-    from kernels.gdn import chunked
+    from lethe.kernels.gdn import chunked
 
     q, k, v, g, b, w, _ = make_inputs(T=48, K=16, V=16)
     o, _, ctx = chunked.chunk_fwd(q, k, v, g, b, w, None, 16, None)

@@ -11,7 +11,7 @@ def _mod():
 
 
 def test_unrounded_replay_is_the_torch_k2():
-    from kernels.gdn import chunked
+    from lethe.kernels.gdn import chunked
 
     gen = torch.Generator().manual_seed(4)
     B, H, N, C, K, V = 1, 2, 2, 16, 16, 32

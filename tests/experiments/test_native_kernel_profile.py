@@ -84,7 +84,7 @@ def test_impl_names_carry_forward_options(prof):
 
 
 def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
-    from kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
+    from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
 
     rn = dict.fromkeys(("wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"), "tf32rn")
     assert prof.resolved_fwd_options("hybrid-tc") == {"dot_precision": "tf32x3", "wy_inverse": WY_INVERSE_DEFAULT,
@@ -104,13 +104,13 @@ def test_rows_record_the_forward_options_with_defaults_filled_in(prof):
 
 
 def test_forward_option_words_cover_every_wy_inverse(prof):
-    from kernels.gdn.triton_fwd import WY_INVERSES
+    from lethe.kernels.gdn.triton_fwd import WY_INVERSES
 
     assert {v for k, v in prof.FWD_OPTION_WORDS.values() if k == "wy_inverse"} == set(WY_INVERSES)
 
 
 def test_launch_words_become_launch_table_overrides(prof):
-    from kernels.gdn.launch_tables import check_overrides
+    from lethe.kernels.gdn.launch_tables import check_overrides
 
     assert prof.launch_overrides("hybrid-tc") == {}
     assert prof.parse_impl("hybrid-tc@srn+otf32x3") == ("hybrid-tc", {"output_precision": "tf32x3"})
@@ -132,8 +132,8 @@ def test_the_figures_calls_timed_the_current_default_forward(prof):
     # fails here, as the committed ladders do in tests/kernels/gdn/test_committed_forward_results.py.
     from pathlib import Path
 
-    from kernels.gdn.native.render import figure_versus_fla_call, load_profile_calls
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.native.render import figure_versus_fla_call, load_profile_calls
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     root = Path(__file__).resolve().parents[2] / "results" / "native" / "profile"
     calls = load_profile_calls(sorted(d / "profile.json" for d in root.iterdir() if (d / "profile.json").exists()))

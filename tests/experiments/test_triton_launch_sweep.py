@@ -29,7 +29,7 @@ def test_best_per_kernel_ignores_rows_that_differ_or_failed(sweep):
 
 
 def test_split_kernels_are_swept_under_the_split_inverse(sweep):
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     for kernel in sweep.SPLIT_KERNELS:
         assert kernel in FWD_LAUNCH and kernel in sweep.CANDIDATES and kernel in sweep.FORWARD_KERNELS

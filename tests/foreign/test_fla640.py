@@ -1,7 +1,7 @@
 """CPU checks of the fla #640 experiment's generated pairs and of its guard bypass (no GPU, no fla needed).
 
 What can be checked without a GPU: the generated sources parse and expose the intended shape knobs; the
-reference Models agree with the project's float64 oracle (kernels.gdn.reference), written independently; the
+reference Models agree with the project's float64 oracle (lethe.kernels.gdn.reference), written independently; the
 guard in the fla-core 0.6.0 wheel is where the bypass expects it (read with ast); and -- when a side venv holding
 fla exists (``cache/venvs/fla``) -- that the bypass really lets a faked-Hopper gated call past the guard and that
 fla refuses it without the bypass.
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels.gdn import reference as KR
+from lethe.kernels.gdn import reference as KR
 from lethe.foreign import fla640 as F
 from lethe.verifier import probes as P
 from lethe.verifier.reference import load_source

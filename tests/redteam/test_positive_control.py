@@ -272,7 +272,7 @@ def test_deterministic_and_fresh_output(name):
 
 
 # pc_gdn_chunked used to fail this (chunked form: inf * 0 and inf - inf gave NaN where the recurrence gives
-# +-inf); kernels.gdn.chunked now contracts a non-finite query with the formed state (docs/red_team.md, item 9).
+# +-inf); lethe.kernels.gdn.chunked now contracts a non-finite query with the formed state (docs/red_team.md, item 9).
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_nonfinite_propagation_like_torch(name):

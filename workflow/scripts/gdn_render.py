@@ -4,7 +4,7 @@ figure, from results/gdn/."""
 import json
 from pathlib import Path
 
-from kernels.gdn import fla_bench, tables
+from lethe.kernels.gdn import fla_bench, tables
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from kernels.gdn.native.aot import compile_report
+from lethe.kernels.gdn.native.aot import compile_report
 from lethe import provenance
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from kernels.gdn.native.render import load_profile_calls, profile_table
+from lethe.kernels.gdn.native.render import load_profile_calls, profile_table
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 

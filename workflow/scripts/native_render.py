@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from kernels.gdn.native.render import aot_table, bench_table
+from lethe.kernels.gdn.native.render import aot_table, bench_table
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive
 

@@ -2,7 +2,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from kernels.gdn.autograd import chunk_family
+from lethe.kernels.gdn.autograd import chunk_family
 
 
 class ModelNew(nn.Module):

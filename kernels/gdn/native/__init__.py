@@ -14,7 +14,7 @@
   ``"hybrid-tc"``.
 
 Importing this package does not import the CuTe DSL; the submodules that need it do, so a machine without
-``nvidia-cutlass-dsl`` can still import :mod:`kernels.gdn` and skip the native path cleanly.
+``nvidia-cutlass-dsl`` can still import :mod:`lethe.kernels.gdn` and skip the native path cleanly.
 """
 
 import functools

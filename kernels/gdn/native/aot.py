@@ -1,6 +1,6 @@
 """Ahead-of-time compilation of the native kernels on a machine without a GPU, and a report on the result.
 
-``python -m kernels.gdn.native.aot --kernel k1_hopper --arch sm_90a --json out.json`` (or ``k1_blackwell``,
+``python -m lethe.kernels.gdn.native.aot --kernel k1_hopper --arch sm_90a --json out.json`` (or ``k1_blackwell``,
 ``k2_hopper``) compiles one kernel with
 fake tensors (``cute.runtime.make_fake_compact_tensor``) for the named architecture, keeps the PTX and cubin
 (``CUTE_DSL_KEEP=ptx,cubin``), and reports what the generated code says about it:
@@ -141,7 +141,7 @@ def compile_report(kernel: str, arch: str, cfg: dict, dump_dir: str | None = Non
                OMP_NUM_THREADS="1")
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as fh:
         out_json = fh.name
-    cmd = [sys.executable, "-m", "kernels.gdn.native.aot", "--kernel", kernel, "--arch", arch,
+    cmd = [sys.executable, "-m", "lethe.kernels.gdn.native.aot", "--kernel", kernel, "--arch", arch,
            "--cfg", json.dumps(cfg), "--json", out_json, "--inner"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -175,7 +175,7 @@ def write_k2_hopper_results(out_dir: str) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
     provenance.write(out.parent / "k2_hopper_aot_provenance.json",
-                     command="python -m kernels.gdn.native.aot --k2-hopper-results " + str(out_dir),
+                     command="python -m lethe.kernels.gdn.native.aot --k2-hopper-results " + str(out_dir),
                      experiment="native-k2-hopper-aot")
     return out
 

@@ -1,11 +1,11 @@
 """Host side of the native K1 and K2: torch tensors in and out, one compiled kernel per (shape, flags) in a cache.
 
 ``native_reverse_state_scan(do_c, ctx, dS_final)`` is a drop-in for
-:func:`kernels.gdn.chunked.reverse_state_scan`: same inputs (the chunked path's ctx), same three outputs
+:func:`lethe.kernels.gdn.chunked.reverse_state_scan`: same inputs (the chunked path's ctx), same three outputs
 (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,N,C,V]``, dS0 ``[B,H,K,V]``), float32 only (the chunked path accumulates
 in float32 for every low-precision input; float64 inputs stay on the torch path).
 
-``native_wy_vjp(dd, ctx)`` is a drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` (K2): d delta
+``native_wy_vjp(dd, ctx)`` is a drop-in for :func:`lethe.kernels.gdn.chunked.wy_vjp_torch` (K2): d delta
 ``[B,H,N,C,V]`` and the ctx in, (dXe ``[B,H,N,C,K]``, du ``[B,H,N,C,V]``, dA ``[B,H,N,C,C]``) out, float32 only,
 through the sm_90a kernel :mod:`.k2_hopper`.
 
@@ -70,7 +70,7 @@ def k1_launch(P, Kend, Qg, Wm, GC, dO, dSF, *, BV=None, split=None, poison=False
 
 
 def native_reverse_state_scan(do_c, ctx, dS_final=None, **tile):
-    """Drop-in for :func:`kernels.gdn.chunked.reverse_state_scan` on CUDA float32 (see module docstring)."""
+    """Drop-in for :func:`lethe.kernels.gdn.chunked.reverse_state_scan` on CUDA float32 (see module docstring)."""
     P, Kend, Qg, GC, Wm = ctx["P"], ctx["Kend"], ctx["Qg"], ctx["GC"], ctx["Wm"]
     B, H, N, C, V = do_c.shape
     K = Qg.shape[-1]
@@ -159,7 +159,7 @@ def scan_operands_from_triton_ctx(ctx):
 
 
 def scan_for_triton_ctx(doi, ctx, dS_final=None, *, native=True):
-    """The reverse state scan (K1) for :func:`kernels.gdn.triton_bwd.triton_chunk_bwd`'s ``scan=`` hook:
+    """The reverse state scan (K1) for :func:`lethe.kernels.gdn.triton_bwd.triton_chunk_bwd`'s ``scan=`` hook:
     ``doi`` ``[B,H,T_pad,V]`` float32 and the Triton ctx in; (dS_next ``[B,H,N,K,V]``, d delta ``[B,H,T_pad,V]``,
     dS0 ``[B,H,K,V]``) out. ``native=False`` runs the torch scan on the same rebuilt operands (CPU tests)."""
     from .. import chunked
@@ -276,7 +276,7 @@ def k2_wgmma_launch(dd, Hs, Tm, Xe, uc):
 
 
 def native_wy_vjp(dd, ctx, **kw):
-    """Drop-in for :func:`kernels.gdn.chunked.wy_vjp_torch` on CUDA float32 (see module docstring)."""
+    """Drop-in for :func:`lethe.kernels.gdn.chunked.wy_vjp_torch` on CUDA float32 (see module docstring)."""
     B, H, N, C, V = dd.shape
     K = ctx["Hs"].shape[-2]
     L = B * H * N

@@ -10,9 +10,9 @@ kernels are float32 GPU kernels.
 ``HybridTensorCoreGDN`` (``backend="hybrid-tc"``) swaps in the tensor-core K1 for bf16 inputs and fuses the
 backward's tail.
 
-Hook for :mod:`kernels.gdn.autograd`::
+Hook for :mod:`lethe.kernels.gdn.autograd`::
 
-    from kernels.gdn.native.backend import register; register()
+    from lethe.kernels.gdn.native.backend import register; register()
 
 which puts :data:`NATIVE` under ``NATIVE_BACKENDS["default"]``.
 """

@@ -1,6 +1,6 @@
 """K1, the whole reverse-time state scan, for Blackwell (sm_100a), tcgen05 / TMEM -- compiled, not executed (no B200).
 
-K1 is :func:`kernels.gdn.chunked.reverse_state_scan`. Per (batch*head), chunks n = N-1 .. 0, with dS the gradient
+K1 is :func:`lethe.kernels.gdn.chunked.reverse_state_scan`. Per (batch*head), chunks n = N-1 .. 0, with dS the gradient
 of the chunk-end state (dS_final before the last chunk):
 
     dS_next[n] = dS                                   [K, V]   (output ``dSN``)

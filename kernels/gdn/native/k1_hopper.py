@@ -1,6 +1,6 @@
 """K1 of the GDN-family backward in the CUTLASS CuTe DSL: the reverse-time inter-chunk state scan (sm_90a).
 
-What it computes (the same recurrence as :func:`kernels.gdn.chunked.reverse_state_scan`), per (batch*head):
+What it computes (the same recurrence as :func:`lethe.kernels.gdn.chunked.reverse_state_scan`), per (batch*head):
 
     for n = N-1 .. 0:
         dS_next[n] = dS                                   # gradient at chunk n's end state

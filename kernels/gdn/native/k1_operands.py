@@ -2,7 +2,7 @@
 by one Triton kernel.
 
 The Triton forward keeps q, k, the chunk-local log-decay gamma and W (float32, ``[B, H, T_pad, K]``), not the
-products K1 reads. :func:`kernels.gdn.native.api.scan_operands_from_triton_ctx` rebuilds them with a handful of
+products K1 reads. :func:`lethe.kernels.gdn.native.api.scan_operands_from_triton_ctx` rebuilds them with a handful of
 torch kernels and a batched matmul (about 3.7 ms at 2^20 head-tokens on the H200); this kernel does it in one pass
 per chunk and writes the operands directly in the wgmma kernel's storage: bf16, chunk-flattened (chunk l = bh * N
 + n), which is the ``[B, H, N, C, *]`` layout flattened, so no copy follows.

@@ -1,6 +1,6 @@
 """The arithmetic of the Blackwell K1 kernel (:mod:`.k1_blackwell_scan`, compiled, not executed: no B200) replayed
 in torch: same product order, same operands, the same bf16 roundings when asked. DSL-free, so the tests can check
-on any machine that the kernel's products are K1 (:func:`kernels.gdn.chunked.reverse_state_scan`)."""
+on any machine that the kernel's products are K1 (:func:`lethe.kernels.gdn.chunked.reverse_state_scan`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def model(P, Kend, Qg, Wm, GC, dO, dS_final=None, operand_dtype=None, split: boo
     ``operand_dtype`` (e.g. torch.bfloat16) rounds what the kernel holds in bf16 -- the inputs and the per-chunk
     copies of dS and dd -- while accumulating in the input dtype: an estimate of the kernel's rounding.
     ``split`` models the Hopper kernel's split-operand mode: P and Qg as a hi/lo pair of ``operand_dtype``.
-    Shapes as :func:`kernels.gdn.chunked.reverse_state_scan`'s ctx: [B,H,N,C,*]; returns (dSN, dd, dS0)."""
+    Shapes as :func:`lethe.kernels.gdn.chunked.reverse_state_scan`'s ctx: [B,H,N,C,*]; returns (dSN, dd, dS0)."""
     import torch
 
     def rnd(x):

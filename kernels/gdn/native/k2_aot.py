@@ -5,10 +5,10 @@ Hopper wgmma K2 (:mod:`.k2_hopper_wgmma`) for sm_90a -- compiled, not yet execut
 
 Same route and same inspection as :mod:`.aot` (whose PTX / cubin helpers it reuses): the DSL's architecture is
 fixed before import, so the compile runs in a fresh process with ``CUTE_DSL_ARCH`` set and fake tensors, keeping
-the PTX and cubin. ``python -m kernels.gdn.native.k2_aot --cfg '{"L": 2, "V": 128}' --json out.json``;
-``python -m kernels.gdn.native.k2_aot --results results/native [--kernel k1_scan|k1_wgmma|k2_wgmma]`` writes that kernel's
+the PTX and cubin. ``python -m lethe.kernels.gdn.native.k2_aot --cfg '{"L": 2, "V": 128}' --json out.json``;
+``python -m lethe.kernels.gdn.native.k2_aot --results results/native [--kernel k1_scan|k1_wgmma|k2_wgmma]`` writes that kernel's
 committed report (:data:`REPORTS`: e.g. ``k2_blackwell_aot.json``, rows in the schema of ``aot.json`` so
-:func:`kernels.gdn.native.render.aot_table` renders it) and its provenance (``<stem>_provenance.json``).
+:func:`lethe.kernels.gdn.native.render.aot_table` renders it) and its provenance (``<stem>_provenance.json``).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from pathlib import Path
 from .aot import _ptx_target, cubin_report, ptx_counts, tmem_columns_from_ptx
 
 # Blackwell kernels this module compiles, by the ``kernel`` key of a cfg (default k2).
-KERNELS = {"k2": "kernels.gdn.native.k2_blackwell", "k1_scan": "kernels.gdn.native.k1_blackwell_scan",
-           "k1_wgmma": "kernels.gdn.native.k1_hopper_wgmma", "k2_wgmma": "kernels.gdn.native.k2_hopper_wgmma"}
+KERNELS = {"k2": "lethe.kernels.gdn.native.k2_blackwell", "k1_scan": "lethe.kernels.gdn.native.k1_blackwell_scan",
+           "k1_wgmma": "lethe.kernels.gdn.native.k1_hopper_wgmma", "k2_wgmma": "lethe.kernels.gdn.native.k2_hopper_wgmma"}
 # The Hopper kernels' own target (the others are Blackwell's, sm_100a).
 HOPPER_KERNELS = ("k1_wgmma", "k2_wgmma")
 
@@ -39,7 +39,7 @@ def compile_report(cfg: dict, arch: str = "sm_100a", timeout: int = 900) -> dict
     env = dict(os.environ, CUTE_DSL_ARCH=arch, CUTE_DSL_KEEP="ptx,cubin", CUTE_DSL_DUMP_DIR=dump,
                OMP_NUM_THREADS="1")
     out_json = os.path.join(dump, "report.json")
-    cmd = [sys.executable, "-m", "kernels.gdn.native.k2_aot", "--cfg", json.dumps(cfg), "--json", out_json,
+    cmd = [sys.executable, "-m", "lethe.kernels.gdn.native.k2_aot", "--cfg", json.dumps(cfg), "--json", out_json,
            "--inner"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
@@ -92,7 +92,7 @@ def write_results(out_dir: str, kernel: str = "k2") -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"rows": rows}, indent=1, sort_keys=True) + "\n")
     provenance.write(out.parent / f"{stem}_provenance.json",
-                     command=f"python -m kernels.gdn.native.k2_aot --results {out_dir} --kernel {kernel}",
+                     command=f"python -m lethe.kernels.gdn.native.k2_aot --results {out_dir} --kernel {kernel}",
                      experiment=experiment)
     return out
 

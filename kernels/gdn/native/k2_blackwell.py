@@ -1,6 +1,6 @@
 """K2 of the GDN-family backward for Blackwell (sm_100a), tcgen05 / TMEM -- compiled, not executed (no B200).
 
-K2 is the WY / triangular-inverse vector-Jacobian product of :func:`kernels.gdn.chunked.chunk_bwd` (the block
+K2 is the WY / triangular-inverse vector-Jacobian product of :func:`lethe.kernels.gdn.chunked.chunk_bwd` (the block
 under ``# WY / triangular-inverse VJP``). Per chunk, with d delta = ``dd`` [C, V] from K1, the chunk's initial
 state S0 = ``Hs`` [K, V], the UT inverse T = ``Tm`` [C, C], X = ``Xe`` [C, K] and U = ``uc`` [C, V]:
 

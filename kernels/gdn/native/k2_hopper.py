@@ -1,7 +1,7 @@
 """K2 of the GDN-family backward for Hopper (sm_90a) in the CUTLASS CuTe DSL: the WY / triangular-inverse VJP.
 
-K2 is the block of :func:`kernels.gdn.chunked.chunk_bwd` under ``# WY / triangular-inverse VJP`` (computed
-there by :func:`kernels.gdn.chunked.wy_vjp_torch`). Per chunk, from the float32 operands
+K2 is the block of :func:`lethe.kernels.gdn.chunked.chunk_bwd` under ``# WY / triangular-inverse VJP`` (computed
+there by :func:`lethe.kernels.gdn.chunked.wy_vjp_torch`). Per chunk, from the float32 operands
 
     dd [C, V]  (d delta, from K1)      Hs [K, V]  (state at the chunk's start)      T [C, C]  (UT inverse)
     Xe [C, K]  (e * Gamma)             u  [C, V]  (w * v)

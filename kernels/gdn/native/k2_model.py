@@ -4,7 +4,7 @@ The kernel is compiled, not executed (no B200), so its arithmetic is checked thr
 same seven products in the same orientation and order (P1 .. P6, each reduction accumulated 16 wide at a time
 as the ``tcgen05.mma`` instructions issue it), the same sign handling (G = S0 dd^T is negated when written as
 the bf16 operand dW^T) and the same epilogue (dA = -Z masked strictly lower). The tests compare it with
-:func:`kernels.gdn.chunked.chunk_bwd` in float64 (~1e-12).
+:func:`lethe.kernels.gdn.chunked.chunk_bwd` in float64 (~1e-12).
 
 ``operand_round="bf16"`` additionally rounds what the kernel holds in bf16 (the inputs and the three
 intermediates dW, dT, Y written to shared memory) with round-to-nearest-even, accumulating in float64: an

@@ -212,8 +212,8 @@ def domain_map(op: str, raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
 
 
 def oracle(op: str, x: dict[str, torch.Tensor], scale: float) -> torch.Tensor:
-    """float64 output of ``op`` on mapped inputs, via the project's oracle (kernels.gdn.reference)."""
-    from kernels.gdn import reference as R
+    """float64 output of ``op`` on mapped inputs, via the project's oracle (lethe.kernels.gdn.reference)."""
+    from lethe.kernels.gdn import reference as R
 
     q, k, v = x["q"], x["k"], x["v"]
     B, T, H, K = q.shape

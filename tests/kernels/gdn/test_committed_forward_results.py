@@ -36,7 +36,7 @@ def test_launch_sweeps_are_well_formed(folder):
 
 
 def test_launch_table_follows_the_sweeps():
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     def best(folder, key):
         return _sweep(folder)["best"][key]["best_config"]
@@ -66,7 +66,7 @@ def test_launch_table_follows_the_sweeps():
 
 @pytest.mark.parametrize("name", ["ladder.json", "ladder_hybrid_tc.json"])
 def test_committed_ladders_ran_the_default_forward(name):
-    from kernels.gdn.fwd_options import (
+    from lethe.kernels.gdn.fwd_options import (
         DOT_PRECISION_DEFAULT,
         OUTPUT_PRECISION_DEFAULT,
         WY_INVERSE_DEFAULT,
@@ -80,8 +80,8 @@ def test_committed_ladders_ran_the_default_forward(name):
     # the forward's precision
     assert s["dot_precision"].get("fwd_output", DOT_PRECISION_DEFAULT) == resolve_output_precision(
         OUTPUT_PRECISION_DEFAULT, DOT_PRECISION_DEFAULT, sixteen_bit_inputs=True)
-    from kernels.gdn.fwd_options import resolve_precision
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.fwd_options import resolve_precision
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     # the PREC kernels as they ran on the 16-bit inputs (recorded since e746f01)
     for kernel, key in (("wy_a_kernel", "fwd_wy_a"), ("wy_apply_kernel", "fwd_wy_apply"),

@@ -13,7 +13,7 @@ from pathlib import Path
 import fla_bench_fixture as F
 import pytest
 
-from kernels.gdn import fla_bench as R
+from lethe.kernels.gdn import fla_bench as R
 
 ROOT = Path(__file__).resolve().parents[3]
 RESULTS = ROOT / "results" / "gdn" / "fla_bench"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernels.gdn.fwd_options import DOT_PRECISIONS, OUTPUT_PRECISION_DEFAULT, resolve_output_precision
+from lethe.kernels.gdn.fwd_options import DOT_PRECISIONS, OUTPUT_PRECISION_DEFAULT, resolve_output_precision
 
 
 def test_auto_rounds_to_tf32_for_sixteen_bit_inputs_under_the_default_dot_precision_only():

@@ -9,8 +9,8 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import reference as R
-from kernels.gdn.autograd import chunk_family
+from lethe.kernels.gdn import reference as R
+from lethe.kernels.gdn.autograd import chunk_family
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # the Triton tests: a GPU, or the interpreter (conftest.py)
 
@@ -87,7 +87,7 @@ def test_members_without_a_broadcast_keep_their_gradient_dtype_and_values(member
 
 def test_rounding_before_the_sum_is_what_the_check_above_catches(monkeypatch):
     # the same check with the float32 sum switched off (gradients rounded to bf16, then summed): it fails
-    from kernels.gdn import autograd
+    from lethe.kernels.gdn import autograd
 
     monkeypatch.setattr(autograd, "summed_gradients", lambda member, own: ())
     leaves, do = _case("kda", False)
@@ -108,9 +108,9 @@ def test_triton_backend_sums_the_broadcast_in_float32_too():
 
 def test_fused_tail_writes_the_requested_gradient_dtype():
     # hybrid-tc finishes with the fused tail kernel: it must honour grad_dtypes as the torch tail does
-    from kernels.gdn.reference import gates_for_member
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.reference import gates_for_member
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     leaves, do = _case("kda", False)
     x = {n: t.to(torch.float16).to(DEV) for n, t in leaves.items()}
@@ -126,7 +126,7 @@ def test_fused_tail_writes_the_requested_gradient_dtype():
 
 
 def test_only_the_summed_gradients_travel_in_float32():
-    from kernels.gdn.autograd import summed_gradients
+    from lethe.kernels.gdn.autograd import summed_gradients
 
     four, three = (4, torch.bfloat16), (3, torch.bfloat16)
     assert summed_gradients("kda", [four, three, None]) == ("db", "dw")

@@ -4,9 +4,9 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import chunked
-from kernels.gdn import reference as R
-from kernels.gdn.autograd import chunk_family
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn import reference as R
+from lethe.kernels.gdn.autograd import chunk_family
 
 
 def _oracle_grads(q, k, v, g, b, w, S0, do, dS):

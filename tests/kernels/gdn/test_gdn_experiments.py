@@ -87,7 +87,7 @@ def test_train_family_repeat_check_records_bitwise_repeats(tmp_path):
 def test_train_family_runs_and_records_launch_overrides(tmp_path, monkeypatch):
     # the attribution run of docs/gdn.md §5: the fast path with the pre-e746f01 precisions, named and recorded;
     # the override is in force while the models train and gone afterwards
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     mod = _load("train_family")
     seen = []
@@ -147,7 +147,7 @@ def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monk
     import torch
 
     mod = _load("ladder")
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
     from lethe import provenance
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -8,10 +8,10 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import chunked
-from kernels.gdn.native.api import scan_for_triton_ctx, scan_operands_from_triton_ctx
-from kernels.gdn.triton_bwd import triton_chunk_bwd
-from kernels.gdn.triton_fwd import triton_chunk_fwd
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn.native.api import scan_for_triton_ctx, scan_operands_from_triton_ctx
+from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
 TOL = 2e-5
 
@@ -52,7 +52,7 @@ def test_triton_backward_with_the_scan_swapped_gives_the_same_gradients(erase, f
 
 
 def test_hybrid_backend_is_selectable_and_falls_back_to_the_triton_scan_off_the_gpu():
-    from kernels.gdn.autograd import BACKENDS, chunk_family
+    from lethe.kernels.gdn.autograd import BACKENDS, chunk_family
 
     assert "hybrid" in BACKENDS
     q, k, v, g, b, w, _ = make_inputs(T=32, K=16, V=16, dtype=torch.float32)

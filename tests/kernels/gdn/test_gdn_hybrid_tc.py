@@ -9,15 +9,15 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn.native.api import (
+from lethe.kernels.gdn.native.api import (
     scan_for_triton_ctx,
     scan_operands_from_triton_ctx,
     wgmma_scan_for_triton_ctx,
 )
-from kernels.gdn.native.k1_operands import k1_operands
-from kernels.gdn.native.k1_scan_model import model
-from kernels.gdn.triton_bwd import triton_chunk_bwd
-from kernels.gdn.triton_fwd import triton_chunk_fwd
+from lethe.kernels.gdn.native.k1_operands import k1_operands
+from lethe.kernels.gdn.native.k1_scan_model import model
+from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
 NAMES = ("dq", "dk", "dv", "dg", "db", "dw", "dS0")
 # Triton's CPU interpreter truncates float32 -> bf16 (the GPU rounds to nearest even, as torch does): on the CPU a
@@ -124,8 +124,8 @@ def test_tensor_core_scan_plumbing_matches_the_float32_scan_within_bf16(erase, f
 
 
 def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu(monkeypatch):
-    from kernels.gdn.autograd import BACKENDS, chunk_family
-    from kernels.gdn.native.backend import HybridTensorCoreGDN
+    from lethe.kernels.gdn.autograd import BACKENDS, chunk_family
+    from lethe.kernels.gdn.native.backend import HybridTensorCoreGDN
 
     assert "hybrid-tc" in BACKENDS
     q, k, v, g, b, w, _ = make_inputs(T=32, K=16, V=16, dtype=torch.float32)
@@ -140,7 +140,7 @@ def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu(m
         assert rel_err(a, c) < 1e-6
     # which K1 a CUDA ctx would get on an sm_90 GPU with the CuTe DSL: tensor cores only for bf16 inputs at the
     # kernel's shapes
-    import kernels.gdn.native as native
+    import lethe.kernels.gdn.native as native
 
     monkeypatch.setattr(native, "hopper_native_ok", lambda device: None)
     cuda_like = functools.partial(dict, qi=type("T", (), {"is_cuda": True, "shape": (1, 1, 64, 128),
@@ -157,8 +157,8 @@ def test_hybrid_tc_backend_is_selectable_and_keeps_the_triton_scan_off_the_gpu(m
 
 
 def test_explicit_native_backends_refuse_a_gpu_they_were_not_built_for(monkeypatch):
-    import kernels.gdn.native as native
-    from kernels.gdn.native.backend import _require_hopper
+    import lethe.kernels.gdn.native as native
+    from lethe.kernels.gdn.native.backend import _require_hopper
 
     assert native.hopper_native_ok("cpu") == "not a CUDA device"
     monkeypatch.setattr(native, "hopper_native_ok", lambda device: "built for sm_90a, this GPU is sm_100")

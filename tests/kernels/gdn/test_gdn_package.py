@@ -1,12 +1,12 @@
-"""kernels.gdn's package entry: the README's call works as written."""
+"""lethe.kernels.gdn's package entry: the README's call works as written."""
 
 import pytest
 import torch
 
 
 def test_readme_call_runs_forward_and_backward_on_the_cpu():
-    import kernels.gdn as gdn
-    from kernels.gdn import autograd, chunk_family
+    import lethe.kernels.gdn as gdn
+    from lethe.kernels.gdn import autograd, chunk_family
 
     assert chunk_family is autograd.chunk_family and gdn.BACKENDS == autograd.BACKENDS
     gen = torch.Generator().manual_seed(0)

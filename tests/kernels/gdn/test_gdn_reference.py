@@ -4,8 +4,8 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import chunked
-from kernels.gdn import reference as R
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn import reference as R
 
 
 def test_oracle_refuses_non_float64():

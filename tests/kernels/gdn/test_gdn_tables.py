@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.gdn import tables
+from lethe.kernels.gdn import tables
 
 RESULTS = Path(__file__).resolve().parents[3] / "results" / "gdn"
 needs_results = pytest.mark.skipif(not (RESULTS / "ladder.json").exists(), reason="no committed ladder yet")

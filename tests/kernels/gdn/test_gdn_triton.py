@@ -10,11 +10,11 @@ import triton
 import triton.language as tl
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import chunked
-from kernels.gdn import reference as R
-from kernels.gdn.autograd import chunk_family
-from kernels.gdn.triton_bwd import triton_chunk_bwd
-from kernels.gdn.triton_fwd import _tf32_nearest, triton_chunk_fwd
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn import reference as R
+from lethe.kernels.gdn.autograd import chunk_family
+from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+from lethe.kernels.gdn.triton_fwd import _tf32_nearest, triton_chunk_fwd
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = 2e-5  # float32 through a 16-64 step triangular solve and a short state scan
@@ -78,7 +78,7 @@ def test_chunk_family_triton_members(member):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_layout_changes_are_exact_casts_and_transposes(dtype):
     # to_internal / from_internal are one strided copy each: the same values as cast, zero-pad, transpose
-    from kernels.gdn.triton_fwd import from_internal, to_internal
+    from lethe.kernels.gdn.triton_fwd import from_internal, to_internal
 
     x = torch.randn(2, 37, 3, 16, generator=torch.Generator().manual_seed(1)).to(dtype)
     got = to_internal(x, 16)
@@ -95,7 +95,7 @@ def test_blocked_triangular_inverse_gives_the_row_by_row_forward(C, T):
     # kernel to float32 rounding, T unit lower triangular with zeros above the diagonal
     from gdn_helpers import make_inputs, rel_err
 
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     f = [x.float() for x in make_inputs(T=T, K=16, V=32)[:6]]
     o1, S1, c1 = triton_chunk_fwd(*f, chunk=C, bv=16)
@@ -133,7 +133,7 @@ def test_chunk_family_passes_the_forward_options_through_autograd():
 def test_prepare_inputs_is_the_layout_change_products_and_cumsum(dtype, erase):
     # the forward's one-pass input kernel against to_internal of each input and the torch products / cumsum:
     # casts, transposes, padding and products exact; the chunk-local cumsum within float32 rounding
-    from kernels.gdn.triton_fwd import prepare_inputs, to_internal
+    from lethe.kernels.gdn.triton_fwd import prepare_inputs, to_internal
 
     C, T = 16, 37
     q, k, v, g, b, w, _ = make_inputs(T=T, K=16, V=32)
@@ -155,7 +155,7 @@ def test_prepare_inputs_is_the_layout_change_products_and_cumsum(dtype, erase):
 
 
 def test_decay_floor_is_refused_unless_the_check_is_off_for_recording():
-    from kernels.gdn.triton_fwd import decay_floor_check_off
+    from lethe.kernels.gdn.triton_fwd import decay_floor_check_off
 
     q, k, v, g, b, w, _ = make_inputs(T=32, K=16, V=16)
     f = [x.float() for x in (q, k, v, g, b, w)]
@@ -184,7 +184,7 @@ def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(
     # same operations as with one V-block per program, so the output must not change by a bit
     from gdn_helpers import make_inputs
 
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     f = [x.float() for x in make_inputs(T=150, K=16, V=64)[:6]]
     o1, S1, _ = triton_fwd.triton_chunk_fwd(*f, chunk=32, bv=16)
@@ -202,7 +202,7 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
     # interpreter (on the H200 the two kernels' exponentials round apart: test_gdn_triton_gpu.py)
     from gdn_helpers import make_inputs
 
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     C, T = 16, 37  # a padded last chunk
     q, k, v, g, b, w, _ = (x.float() for x in make_inputs(T=T, K=16, V=32))
@@ -239,7 +239,7 @@ def test_output_kernel_writing_the_callers_layout_gives_the_same_o(monkeypatch, 
     # DIRECT=1: the output kernel stores o in [B, T, H, V] and the input dtype itself, padded rows dropped, instead
     # of a float32 buffer that torch casts and transposes. float32: bitwise. bf16: the interpreter truncates float32
     # to bf16 where torch (and the GPU) round to nearest, so one bf16 step apart at most, in the rounding direction
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     C, T = 16, 37  # a padded last chunk
     q, k, v, g, b, w, _ = (x.to(dtype) for x in make_inputs(T=T, K=16, V=32))
@@ -268,7 +268,7 @@ FWD_KERNELS = ("prep_fwd_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_
 def _launched_precs(monkeypatch, inputs, launch=None, **opts) -> dict:
     """{kernel: the PREC it was launched with} for one triton_chunk_fwd, the kernels replaced by stand-ins that
     record their keyword arguments (nothing executes); ``launch`` overrides FWD_LAUNCH entries meanwhile."""
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     seen = {}
 
@@ -291,7 +291,7 @@ def _launched_precs(monkeypatch, inputs, launch=None, **opts) -> dict:
 def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
     # the output kernel's products feed only o: output_precision changes its PREC and nothing else's; None follows
     # dot_precision, and so does the default for float32
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     x = tuple(t.float() for t in make_inputs(T=64, K=16, V=16)[:6])
     base = _launched_precs(monkeypatch, x)
@@ -313,7 +313,7 @@ def test_output_precision_reaches_the_output_kernel_only(monkeypatch):
 def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
     # PREC in a launch entry (an experiment switch: None by default) sets that kernel's tl.dot precision and no
     # other's; a value tl.dot does not know is refused before anything launches
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     x = tuple(t.float() for t in make_inputs(T=64, K=16, V=16)[:6])
     seen = _launched_precs(monkeypatch, x, launch={kernel: {"PREC": "tf32rn"}})
@@ -328,7 +328,7 @@ def test_a_launch_entrys_prec_changes_that_kernel_only(monkeypatch, kernel):
 def test_auto_kernels_round_to_tf32_for_16_bit_inputs_only(monkeypatch):
     # PREC "auto" (A, W/U and the state scan by default): single-pass TF32 on rounded operands for bf16/fp16 inputs
     # under the default dot_precision, like the output kernel; float32 inputs and a chosen dot_precision keep theirs
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     auto = {n for n, cfg in triton_fwd.FWD_LAUNCH.items() if cfg.get("PREC") == "auto"}
     assert auto == {"wy_a_kernel", "wy_apply_kernel", "state_fwd_kernel"}
@@ -355,7 +355,7 @@ def test_state_kernel_tf32rn_rounds_its_operands():
     # the state kernel through the shared _dot: with PREC "tf32rn" on the interpreter (float32 dots) the states
     # must be the recurrence on TF32-rounded operands, exactly, for dyadic inputs (no erase: delta = u, no decay:
     # Kend = k), and differ from the default's by a TF32-sized amount
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     gen = torch.Generator().manual_seed(7)
     B, T, H, K, V, C = 1, 48, 1, 16, 16, 16
@@ -430,7 +430,7 @@ def test_output_precision_tf32rn_rounds_the_output_kernels_operands():
     # torch. Inputs are dyadic (q, k in {+-1/2, +-1}, v with 11-bit fractions, no decay, no erase) so every float32
     # sum is exact on both sides and only the TF32 rounding of operands with more than 11 significant bits (the
     # states, delta) makes o differ from the default's: no accumulation-order noise can flip a rounding.
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     gen = torch.Generator().manual_seed(5)
     B, T, H, K, V, C = 1, 48, 2, 16, 16, 16
@@ -454,8 +454,8 @@ def test_output_precision_tf32rn_rounds_the_output_kernels_operands():
 def test_problems_past_32_bit_indexing_are_refused_before_anything_runs():
     # the kernels' offsets are int32: a problem whose largest internal tensor (the chunk states, K*V/C = 256 per
     # token at d_k = d_v = 128, chunk 64) passes 2^31 - 1 elements is refused, naming the batch that would fit
-    from kernels.gdn import triton_fwd
-    from kernels.gdn.native.backend import NativeGDN
+    from lethe.kernels.gdn import triton_fwd
+    from lethe.kernels.gdn.native.backend import NativeGDN
 
     check = triton_fwd.check_index_range
     check(1, 2, 2**20, 128, 128, 64)  # the benchmarks' 2^21 head-tokens: 2^29 elements
@@ -478,8 +478,8 @@ def test_problems_past_32_bit_indexing_are_refused_before_anything_runs():
 def test_intra_backward_precision_follows_its_launch_entry():
     # PREC None keeps the TF32 fallback; an explicit PREC (here TF32 rounded to nearest) reaches the kernel and is
     # recorded; a misspelt one is refused before anything launches
-    from kernels.gdn.launch_tables import overridden
-    from kernels.gdn.triton_bwd import BWD_LAUNCH, intra_precision
+    from lethe.kernels.gdn.launch_tables import overridden
+    from lethe.kernels.gdn.triton_bwd import BWD_LAUNCH, intra_precision
 
     assert BWD_LAUNCH["intra_bwd_kernel"]["PREC"] is None
     assert intra_precision("tf32x3") == "tf32" and intra_precision("ieee") == "ieee"

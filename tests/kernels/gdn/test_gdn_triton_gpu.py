@@ -20,7 +20,7 @@ def _inputs(V: int, erase: bool = True):
 
 
 def _forward(x):
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     o, S, ctx = triton_chunk_fwd(*x, chunk=64)
     torch.cuda.synchronize()
@@ -31,7 +31,7 @@ def _forward(x):
 @pytest.mark.parametrize("kernel,option", [("output_fwd_kernel", {"NVL": 1}), ("output_fwd_kernel", {"NVL": 2}),
                                            ("output_fwd_kernel", {"DIRECT": 1}), ("output_fwd_kernel", {"DIRECT": 0})])
 def test_work_moving_launch_options_are_bitwise_neutral(monkeypatch, V, kernel, option):
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     for erase in (True, False):
         x = _inputs(V, erase)
@@ -49,8 +49,8 @@ def test_wy_variants_agree_on_gpu(monkeypatch, V):
     # in another order, so float32 agreement, not bit equality; blocked inverts differently (16 x 16 blocks).
     # The split kernels' own PREC ("auto": TF32-rn on these bf16 inputs) is set to the forward's dot_precision,
     # which rows and blocked run at, so that the inverses are compared and not the precisions.
-    from kernels.gdn import triton_fwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn import triton_fwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     for kernel in ("wy_a_kernel", "wy_apply_kernel"):
         monkeypatch.setitem(triton_fwd.FWD_LAUNCH, kernel, {**triton_fwd.FWD_LAUNCH[kernel], "PREC": None})
@@ -69,7 +69,7 @@ def test_precomputed_kend_agrees_within_float32_rounding(monkeypatch, V):
     # interpreter, but on the GPU the in-kernel Kend is contracted into the 3xTF32 split (an FMA on the unrounded
     # product) while the loaded one is rounded (seen on the H200: o one bf16 step apart in places, with erase), so
     # agreement to float32 rounding of the states and one bf16 step of o, both ways
-    from kernels.gdn import triton_fwd
+    from lethe.kernels.gdn import triton_fwd
 
     for erase in (True, False):
         x = _inputs(V, erase)
@@ -89,9 +89,9 @@ def test_broadcast_gate_gradients_summed_before_rounding_on_gpu(monkeypatch):
     # KDA's beta and a per-head g through the Triton path in bf16: summing the broadcast gradients in float32
     # (autograd.summed_gradients) must leave them no further from the float64 oracle than summing bf16-rounded
     # gradients did (the order before 621acc8); the CPU replay predicts the bf16 floor at float32-grade products
-    from kernels.gdn import autograd
-    from kernels.gdn import reference as R
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn import autograd
+    from lethe.kernels.gdn import reference as R
+    from lethe.kernels.gdn.autograd import chunk_family
 
     q, k, v, g, _, _, beta = make_inputs(B=1, T=1024, H=2, K=128, V=128, seed=13, scalar_g=True)
     do = torch.randn(1, 1024, 2, 128, generator=torch.Generator().manual_seed(14), dtype=torch.float64)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import reference as R
+from lethe.kernels.gdn import reference as R
 
 fla_gdn2 = pytest.importorskip("fla.ops.gdn2.naive")
 fla_kda = pytest.importorskip("fla.ops.kda.naive")

@@ -1,10 +1,10 @@
-"""kernels.gdn.launch_tables: lookups and temporary overrides of the wrappers' launch tables."""
+"""lethe.kernels.gdn.launch_tables: lookups and temporary overrides of the wrappers' launch tables."""
 
 import pytest
 
-from kernels.gdn.launch_tables import find_table, overridden, table_for
-from kernels.gdn.triton_bwd import BWD_LAUNCH
-from kernels.gdn.triton_fwd import FWD_LAUNCH
+from lethe.kernels.gdn.launch_tables import find_table, overridden, table_for
+from lethe.kernels.gdn.triton_bwd import BWD_LAUNCH
+from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
 
 def test_lookup_finds_each_table_and_refuses_unknown_kernels():
@@ -28,7 +28,7 @@ def test_override_applies_and_restores_even_on_error():
 
 
 def test_parse_overrides_reads_ints_none_and_words_and_refuses_malformed_items():
-    from kernels.gdn.launch_tables import parse_overrides
+    from lethe.kernels.gdn.launch_tables import parse_overrides
 
     got = parse_overrides(["state_fwd_kernel:PREC=tf32rn,BV=64", "output_fwd_kernel:DIRECT=1", "wy_a_kernel:PREC=None"])
     assert got == {"state_fwd_kernel": {"PREC": "tf32rn", "BV": 64}, "output_fwd_kernel": {"DIRECT": 1},
@@ -39,7 +39,7 @@ def test_parse_overrides_reads_ints_none_and_words_and_refuses_malformed_items()
 
 
 def test_check_overrides_refuses_unknown_kernels_and_keys():
-    from kernels.gdn.launch_tables import check_overrides
+    from lethe.kernels.gdn.launch_tables import check_overrides
 
     check_overrides({"state_fwd_kernel": {"PREC": "tf32rn", "KEND": 0}, "intra_bwd_kernel": {"BV": 16}})
     with pytest.raises(KeyError, match="no_such_kernel"):
@@ -49,7 +49,7 @@ def test_check_overrides_refuses_unknown_kernels_and_keys():
 
 
 def test_overrides_from_cli_parses_checks_and_names_the_option():
-    from kernels.gdn.launch_tables import overrides_from_cli
+    from lethe.kernels.gdn.launch_tables import overrides_from_cli
 
     assert overrides_from_cli(["state_fwd_kernel:PREC=tf32x3"]) == {"state_fwd_kernel": {"PREC": "tf32x3"}}
     assert overrides_from_cli([]) == {}

@@ -7,8 +7,8 @@ import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
 
-from kernels.gdn import scalar_gate
-from kernels.gdn.autograd import chunk_family, scalar_gate_applies
+from lethe.kernels.gdn import scalar_gate
+from lethe.kernels.gdn.autograd import chunk_family, scalar_gate_applies
 
 NAMES = ("o", "S", "dq", "dk", "dv", "dg", "dbeta", "dh0")
 
@@ -143,8 +143,8 @@ def test_scalar_gate_launches_at_dk128():
     (B*H = 2: the V-block drops to 16)."""
     from gdn_helpers import recorded_launches
 
-    from kernels.gdn.scalar_gate import SG_LAUNCH
-    from kernels.gdn.triton_fwd import FWD_LAUNCH
+    from lethe.kernels.gdn.scalar_gate import SG_LAUNCH
+    from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
     launches = recorded_launches(erases=("scalar",), T=1024, B=1)
     order = ["sg_a_kernel", "wy_inverse_kernel", "sg_wu_kernel", "sg_state_fwd_kernel", "sg_output_kernel",

@@ -11,7 +11,7 @@ pytestmark = [pytest.mark.gpu,
 
 
 def _run(x, dtype, do, dS, gate_form="auto", backend="triton"):
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn.autograd import chunk_family
 
     xs = [t.to("cuda", dtype).requires_grad_() for t in x]
     o, S = chunk_family(*xs[:4], xs[4], None, member="kda", initial_state=xs[5], output_final_state=True,
@@ -31,7 +31,7 @@ def _problem(V):
 
 
 def _reference(x, do, dS):
-    from kernels.gdn.autograd import chunk_family
+    from lethe.kernels.gdn.autograd import chunk_family
 
     x64 = [t.clone().requires_grad_() for t in x]
     o, S = chunk_family(*x64[:4], x64[4], None, member="kda", initial_state=x64[5], output_final_state=True,
@@ -42,7 +42,7 @@ def _reference(x, do, dS):
 @pytest.mark.parametrize("V", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_scalar_gate_within_the_pin_and_repeatable_on_gpu(monkeypatch, V, dtype):
-    from kernels.gdn import scalar_gate
+    from lethe.kernels.gdn import scalar_gate
 
     calls = []
     real = scalar_gate.sg_chunk_fwd

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.gdn import tables
+from lethe.kernels.gdn import tables
 
 ROOT = Path(__file__).resolve().parents[3]
 CALLS = ROOT / "results" / "gdn" / "scalar_gate"
@@ -45,7 +45,7 @@ def test_calls_are_well_formed_and_checked_before_timing(folder):
 
 
 def test_newest_call_ran_the_current_launch_table():
-    from kernels.gdn.scalar_gate import SG_LAUNCH
+    from lethe.kernels.gdn.scalar_gate import SG_LAUNCH
 
     assert _load(_calls()[-1])["meta"]["sg_launch"] == SG_LAUNCH
 

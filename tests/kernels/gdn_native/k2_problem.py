@@ -2,7 +2,7 @@
 
 import torch
 
-from kernels.gdn import chunked
+from lethe.kernels.gdn import chunked
 
 
 def k2_problem(T=128, K=128, V=64, seed=0, dtype=torch.float64):

@@ -9,7 +9,7 @@ local-memory round trip per chunk). Skips when nvidia-cutlass-dsl is not install
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -18,7 +18,7 @@ H200_SMEM_OPTIN = 232448
 
 @pytest.fixture(scope="module")
 def report():
-    from kernels.gdn.native.aot import compile_report
+    from lethe.kernels.gdn.native.aot import compile_report
 
     cfg = dict(BH=4, N=3, C=64, K=128, V=64, BV=32, split=2, has_erase=True, has_dsf=True)
     return compile_report("k1_hopper", "sm_90a", cfg)

@@ -8,7 +8,7 @@ TMEM with tcgen05.ld; and the cubin neither spills nor uses local memory.
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -17,7 +17,7 @@ TMEM_COLUMNS_PER_SM = 512
 
 @pytest.fixture(scope="module")
 def report():
-    from kernels.gdn.native.aot import compile_report
+    from lethe.kernels.gdn.native.aot import compile_report
 
     return compile_report("k1_blackwell", "sm_100a", dict(BH=2, T=256, V=128))
 

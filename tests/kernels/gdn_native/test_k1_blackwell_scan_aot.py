@@ -11,7 +11,7 @@ test_k1_scan_model.py.
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -30,7 +30,7 @@ def _expected_mma(V, erase):
 @pytest.fixture(scope="module", params=[(64, True), (128, True), (128, False)],
                 ids=lambda p: f"dv{p[0]}-{'erase' if p[1] else 'plain'}")
 def report(request):
-    from kernels.gdn.native.k2_aot import compile_report
+    from lethe.kernels.gdn.native.k2_aot import compile_report
 
     V, erase = request.param
     return compile_report(dict(kernel="k1_scan", V=V, erase=erase, dsf=erase))

@@ -11,7 +11,7 @@ tests/kernels/gdn_native/test_native_gpu.py.
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -29,7 +29,7 @@ def _expected(erase, split=False):
                                         (64, False, True)],
                 ids=lambda p: f"dv{p[0]}-{'erase' if p[1] else 'plain'}{'-split' if p[2] else ''}")
 def report(request):
-    from kernels.gdn.native.k2_aot import compile_report
+    from lethe.kernels.gdn.native.k2_aot import compile_report
 
     V, erase, split = request.param
     return compile_report(dict(kernel="k1_wgmma", V=V, erase=erase, dsf=erase, split=split), arch="sm_90a")

@@ -1,6 +1,6 @@
 """The float64 replay of the Blackwell K1 kernel (compiled, not executed: no B200) against chunked.reverse_state_scan.
 
-:mod:`kernels.gdn.native.k1_scan_model` replays the kernel's product order (the bf16 copy of dS taken before the
+:mod:`lethe.kernels.gdn.native.k1_scan_model` replays the kernel's product order (the bf16 copy of dS taken before the
 decay, the decay applied to the fp32 accumulator, Pa + Pb into dd, then Pc and Pd on the negated dd copy onto dS).
 Without rounding it must be K1 exactly (to float64 rounding), with and without erase and dS_final. Pure torch.
 """
@@ -9,8 +9,8 @@ import pytest
 import torch
 from k2_problem import k2_problem
 
-from kernels.gdn import chunked
-from kernels.gdn.native.k1_scan_model import model
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn.native.k1_scan_model import model
 
 
 def _rel(x, ref):

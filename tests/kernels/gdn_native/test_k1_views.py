@@ -1,9 +1,9 @@
-"""The tensor-core K1 kernels' operand convention (kernels.gdn.native.k1_views): each view is the documented
+"""The tensor-core K1 kernels' operand convention (lethe.kernels.gdn.native.k1_views): each view is the documented
 permutation of contiguous chunk-flattened storage, with the strides torch gives that permutation."""
 
 import torch
 
-from kernels.gdn.native.k1_views import K1_VIEWS, view_shapes
+from lethe.kernels.gdn.native.k1_views import K1_VIEWS, view_shapes
 
 L, BH, C, K, V = 8, 2, 64, 128, 96
 

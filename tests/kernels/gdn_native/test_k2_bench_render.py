@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kernels.gdn.native.render import bench_table, k1_wgmma_table, k2_tables, k2_wgmma_table
+from lethe.kernels.gdn.native.render import bench_table, k1_wgmma_table, k2_tables, k2_wgmma_table
 
 ROOT = Path(__file__).resolve().parents[3]
 BENCH = ROOT / "results/native/bench.json"

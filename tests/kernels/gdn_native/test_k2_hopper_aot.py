@@ -11,8 +11,8 @@ point the docs state holds: two CTAs per SM (their shared memory fits, and the l
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
-from kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -24,7 +24,7 @@ K, C = 128, 64
 
 @pytest.fixture(scope="module", params=[64, 128], ids=lambda v: f"dv{v}")
 def report(request):
-    from kernels.gdn.native.aot import compile_report
+    from lethe.kernels.gdn.native.aot import compile_report
 
     return compile_report("k2_hopper", "sm_90a", dict(L=6, K=K, V=request.param, C=C))
 

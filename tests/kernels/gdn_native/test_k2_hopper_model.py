@@ -14,9 +14,9 @@ import pytest
 import torch
 from k2_problem import k2_problem
 
-from kernels.gdn import chunked
-from kernels.gdn.native import k2_hopper_model
-from kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes, tile_plan
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn.native import k2_hopper_model
+from lethe.kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes, tile_plan
 
 SM90_SMEM_PER_BLOCK = 232448
 
@@ -98,7 +98,7 @@ def test_plan_fits_sm90(V):
 def test_supported_refuses_shapes_over_the_shared_memory_limit():
     """The native backend falls back to the torch K2 when supported() is False; a shape that passes the tiling
     rules but needs more than sm_90a's 232,448 B per block must be refused here, not fail at launch."""
-    from kernels.gdn.native.k2_hopper_plan import supported
+    from lethe.kernels.gdn.native.k2_hopper_plan import supported
 
     assert supported(128, 128, 64) and smem_bytes(128, 128, 64) <= SM90_SMEM_PER_BLOCK
     for K, V in ((128, 224), (128, 240), (448, 128)):

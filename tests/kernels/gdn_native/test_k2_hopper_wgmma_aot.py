@@ -9,7 +9,7 @@ float64 by test_k2_model.py; execution on a GPU is pending.
 
 import pytest
 
-from kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
+from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")
 
@@ -24,7 +24,7 @@ def _expected(V):
 
 @pytest.fixture(scope="module", params=[64, 128], ids=lambda v: f"dv{v}")
 def report(request):
-    from kernels.gdn.native.k2_aot import compile_report
+    from lethe.kernels.gdn.native.k2_aot import compile_report
 
     return compile_report(dict(kernel="k2_wgmma", V=request.param), arch="sm_90a")
 

@@ -1,8 +1,8 @@
 """The float64 model of the Blackwell K2 kernel (compiled, not executed: no B200) against chunked.chunk_bwd.
 
-The kernel's arithmetic cannot be run here, so :mod:`kernels.gdn.native.k2_model` replays its exact products
+The kernel's arithmetic cannot be run here, so :mod:`lethe.kernels.gdn.native.k2_model` replays its exact products
 (orientation, order, 16-wide reduction slices, signs, epilogue mask) in float64. These tests check that this
-computation is K2 of :func:`kernels.gdn.chunked.chunk_bwd`: du through chunk_bwd's dv = du*w and dw = du*v,
+computation is K2 of :func:`lethe.kernels.gdn.chunked.chunk_bwd`: du through chunk_bwd's dv = du*w and dw = du*v,
 dXe and dA through its db = (pairVJP(dA) + dXe*Gamma) * k, all at ~1e-12. Pure NumPy/torch, no CuTe DSL.
 """
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from k2_problem import k2_problem
 
-from kernels.gdn import chunked
-from kernels.gdn.native import k2_model
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn.native import k2_model
 
 
 def _rel(x, ref):

@@ -12,8 +12,8 @@ guard) gives the same bits. End to end: the native backward (K1 + K2 native) aga
 import pytest
 import torch
 
-from kernels.gdn import chunked
-from kernels.gdn.native import cute_dsl_available
+from lethe.kernels.gdn import chunked
+from lethe.kernels.gdn.native import cute_dsl_available
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available() or not cute_dsl_available(),
@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.gpu,
 
 @pytest.mark.parametrize("erase", [True, False])
 def test_native_k1_matches_torch_and_f64(erase):
-    from kernels.gdn.native.api import native_reverse_state_scan
+    from lethe.kernels.gdn.native.api import native_reverse_state_scan
 
     B, T, H, K, V, C = 2, 200, 2, 128, 64, 64
     g = torch.Generator(device="cuda").manual_seed(3)
@@ -65,7 +65,7 @@ def _rel(a, b):
 
 @pytest.mark.parametrize("V", [64, 128])
 def test_native_k2_matches_torch_and_f64(V):
-    from kernels.gdn.native.api import native_wy_vjp
+    from lethe.kernels.gdn.native.api import native_wy_vjp
 
     ctx, do, dS = _gdn_ctx(V, seed=11)
     dd = chunked.reverse_state_scan(chunked._to_chunks(do, 64, torch.float32), ctx, dS)[1]
@@ -86,7 +86,7 @@ def test_native_k2_matches_torch_and_f64(V):
 
 def test_native_k2_split_launch_is_bitwise_the_same(monkeypatch):
     """Chunks are independent: cutting L into several launches (as the 2^31-element guard does) changes nothing."""
-    from kernels.gdn.native import api
+    from lethe.kernels.gdn.native import api
 
     ctx, do, dS = _gdn_ctx(64, seed=12)
     dd = chunked.reverse_state_scan(chunked._to_chunks(do, 64, torch.float32), ctx, dS)[1]
@@ -100,7 +100,7 @@ def test_native_k2_split_launch_is_bitwise_the_same(monkeypatch):
 def test_native_backward_k1_k2_matches_torch(V):
     """NativeGDN.backward (native K1 and K2) vs chunk_bwd (torch), with initial state and final-state gradient:
     every gradient within 1e-5, and no further from the float64 backward than 2x the torch path (+1e-6)."""
-    from kernels.gdn.native.backend import NATIVE
+    from lethe.kernels.gdn.native.backend import NATIVE
 
     ctx, do, dS = _gdn_ctx(V, seed=13)
     nat = NATIVE.backward(do, ctx, dS)
@@ -123,9 +123,9 @@ def test_hybrid_backward_matches_triton_and_is_bitwise_repeatable(V, erase):
     Not a 1e-5 pin against the Triton backward: its intra-chunk kernel runs TF32 dots (triton_bwd.INTRA_PRECISION),
     so a K1 output that differs from Triton's in the last float32 bits can flip a TF32 rounding downstream (the
     first version of this test saw dk differ by 1.49e-5 on the H200, 2026-11-29)."""
-    from kernels.gdn.native.backend import HYBRID
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.native.backend import HYBRID
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     B, T, H, K, C = 2, 1000, 2, 128, 64
     g = torch.Generator(device="cuda").manual_seed(17)
@@ -156,8 +156,8 @@ def test_k1_wgmma_matches_float64_within_its_bf16_model(V, erase, split):
     """The Hopper tensor-core K1 (bf16 operands, fp32 accumulation; split: P and Qg as bf16 hi/lo pairs): every output
     finite and written (NaN-free), no further from float64 K1 than 2x the float64 replay of its own bf16 roundings
     (k1_scan_model.model with operand_dtype=bf16) + 1e-4, and bitwise identical over 3 runs."""
-    from kernels.gdn.native.api import k1_wgmma_launch
-    from kernels.gdn.native.k1_scan_model import model
+    from lethe.kernels.gdn.native.api import k1_wgmma_launch
+    from lethe.kernels.gdn.native.k1_scan_model import model
 
     ctx, do, dS = _gdn_ctx(V, seed=21)
     if not erase:
@@ -208,11 +208,11 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
     further than 2x the float64 replay of K1's own bf16 roundings (k1_scan_model, as in the wgmma K1 test) +
     1e-4. (The first version held dS0 to the 2e-3 allowance too and failed on the H200, 2026-11-29: 2.44e-3 and
     2.40e-3, which is K1's bf16 rounding itself; results/native/gpu_tests_c31e78f.log.)"""
-    from kernels.gdn.native.api import scan_operands_from_triton_ctx
-    from kernels.gdn.native.backend import HYBRID_TC
-    from kernels.gdn.native.k1_operands import k1_operands
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import to_internal, triton_chunk_fwd
+    from lethe.kernels.gdn.native.api import scan_operands_from_triton_ctx
+    from lethe.kernels.gdn.native.backend import HYBRID_TC
+    from lethe.kernels.gdn.native.k1_operands import k1_operands
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import to_internal, triton_chunk_fwd
 
     B, T, H, K, C = 2, 1000, 2, 128, 64
     g = torch.Generator(device="cuda").manual_seed(23)
@@ -237,7 +237,7 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
     ref64 = chunked.chunk_bwd(do.double(), ctx64, dS.double())
     runs = [HYBRID_TC.backward(do, ctx, dS) for _ in range(3)]
     # K1's bf16 rounding model on the same operands, for the float32 initial-state gradient
-    from kernels.gdn.native.k1_scan_model import model
+    from lethe.kernels.gdn.native.k1_scan_model import model
 
     ops64 = [None if x is None else x.double() for x in (rP, rKend, rQg, rWm, rGC)]
     dS0_model = model(ops64[0], ops64[1], ops64[2], ops64[3], ops64[4], doi.double().reshape(dO16.shape),
@@ -262,9 +262,9 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
 def test_hybrid_tc_float32_inputs_keep_the_float32_k1():
     """float32 inputs carry more than bf16 operands could hold: hybrid-tc must pick the float32 SIMT K1 there and
     then meet the hybrid backend's float32 criterion (2x the all-Triton backward's error vs float64 + 1e-6)."""
-    from kernels.gdn.native.backend import HYBRID_TC
-    from kernels.gdn.triton_bwd import triton_chunk_bwd
-    from kernels.gdn.triton_fwd import triton_chunk_fwd
+    from lethe.kernels.gdn.native.backend import HYBRID_TC
+    from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
+    from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     B, T, H, K, V, C = 1, 512, 2, 128, 128, 64
     g = torch.Generator(device="cuda").manual_seed(29)
@@ -292,8 +292,8 @@ def test_k2_wgmma_matches_float64_within_its_bf16_model(V):
     model: the same products and rounding points) + 1e-4, bitwise identical over 3 runs."""
     import numpy as np
 
-    from kernels.gdn.native.api import k2_wgmma_launch
-    from kernels.gdn.native.k2_model import k2_batched
+    from lethe.kernels.gdn.native.api import k2_wgmma_launch
+    from lethe.kernels.gdn.native.k2_model import k2_batched
 
     ctx, do, dS = _gdn_ctx(V, seed=31)
     dd = chunked.reverse_state_scan(chunked._to_chunks(do, 64, torch.float32), ctx, dS)[1]

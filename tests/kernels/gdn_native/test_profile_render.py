@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, load_profile_calls, profile_table
+from lethe.kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, load_profile_calls, profile_table
 
 ROOT = Path(__file__).resolve().parents[3]
 PROF = ROOT / "results" / "native" / "profile"
@@ -43,7 +43,7 @@ def test_committed_profile_table_renders_as_committed():
 
 
 def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
-    from kernels.gdn.native.render import (
+    from lethe.kernels.gdn.native.render import (
         FIGURE_MIN_CELLS,
         GENERAL_SGDN,
         figure_versus_fla_call,
@@ -118,7 +118,7 @@ def test_profile_calls_load_in_call_order_not_string_order(tmp_path):
 
 
 def test_sgdn_rows_say_which_kernels_they_timed():
-    from kernels.gdn.native.render import GENERAL_SGDN, member_label
+    from lethe.kernels.gdn.native.render import GENERAL_SGDN, member_label
 
     old = {"member": "sgdn", "impl": "hybrid-tc", "fwd_options": {"dot_precision": "tf32x3"}}
     assert member_label(old) == GENERAL_SGDN

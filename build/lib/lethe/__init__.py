@@ -1,0 +1,3 @@
+"""Lethe: a contract-grade correctness verifier for GPU kernels."""
+
+__version__ = "0.1.0"

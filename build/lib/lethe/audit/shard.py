@@ -1,0 +1,303 @@
+"""Run the verifier over one shard of a corpus, resumably.
+
+Why row-level checkpoints: an audit of thousands of kernels runs for hours and dies for reasons that have
+nothing to do with any kernel (preemption, a node reboot, a killed Snakemake job). Every finished verdict is
+appended to a JSONL checkpoint and fsynced before the next kernel starts, so a restart skips exactly the
+finished (id, profile) pairs and loses at most the kernel that was in flight. A line cut short by a kill is
+detected and truncated away. The shard's parquet is written to a temporary file and renamed, so a reader
+never sees half a table.
+
+The verifier is injected (``verify_fn``) so that tests and CI can use :func:`lethe.audit.testing.fake_verify`;
+by default it is ``lethe.verifier.api.verify``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+VerifyFn = Callable[..., Mapping[str, Any]]
+
+NO_CANDIDATE = "no_candidate"
+HARNESS_ERROR = "harness_error"
+TIMEOUT = "timeout"  # lethe.verifier.records' name for a candidate that ran out of time
+# Seconds the shard waits beyond the verifier's own timeout before it gives up on a call: the verifier is
+# expected to enforce timeout_s itself (its sandbox kills the candidate); this is the backstop.
+GRACE_S = 30.0
+
+
+def default_verify() -> VerifyFn:
+    from lethe.verifier.api import verify  # imported late: the shard runner must work without it in tests
+
+    return verify
+
+
+def resolve(spec: str | None) -> VerifyFn:
+    """``module:function`` -> callable; None -> the real verifier."""
+    if not spec:
+        return default_verify()
+    mod, _, fn = spec.partition(":")
+    return getattr(importlib.import_module(mod), fn)
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Finished rows of a checkpoint; a torn last line (process killed mid-write) is cut off the file."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    rows: list[dict[str, Any]] = []
+    good = 0
+    for line in data.splitlines(keepends=True):
+        if not line.endswith(b"\n"):
+            break
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+        good += len(line)
+    if good != len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(good)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return rows
+
+
+def _append(fh, row: Mapping[str, Any]) -> None:
+    fh.write(json.dumps(row, sort_keys=True, default=str) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _guarded(verify_fn: VerifyFn, timeout_s: float, **kwargs: Any) -> dict[str, Any]:
+    """Call the verifier; a verifier that overstays its own timeout yields a timeout row, not a stuck shard.
+
+    The call runs in a daemon thread: a hung call is abandoned (it cannot block the shard's exit, which a
+    ThreadPoolExecutor worker would, since those are joined at interpreter shutdown).
+    """
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["row"] = dict(verify_fn(timeout_s=timeout_s, **kwargs))
+        except Exception as exc:  # noqa: BLE001 - any verifier bug must cost one row, never the shard
+            box["error"] = traceback.format_exception_only(type(exc), exc)[-1].strip()
+
+    worker = threading.Thread(target=target, name=f"verify-{kwargs.get('kernel_id')}", daemon=True)
+    worker.start()
+    worker.join(timeout_s + GRACE_S if timeout_s else None)
+    if worker.is_alive():
+        return {"status": TIMEOUT, "error": f"no verdict within {timeout_s + GRACE_S:.0f} s (shard backstop)"}
+    if "error" in box:
+        return {"status": HARNESS_ERROR, "error": box["error"]}
+    return box["row"]
+
+
+def _sha(s: str | None) -> str:
+    return hashlib.sha256((s or "").encode()).hexdigest()
+
+
+def item_sources(item: Mapping[str, Any]) -> dict[str, str]:
+    """The content hashes a verdict row records (lethe.verifier's ``sources`` field) for this item."""
+    return {"ref_sha256": _sha(item.get("reference")), "cand_sha256": _sha(item.get("candidate"))}
+
+
+def still_valid(row: Mapping[str, Any], sources: Mapping[str, str], *, seed: int, device: str) -> bool:
+    """True when a checkpointed row was produced for the same reference, candidate, seed, device and verifier code.
+
+    Resuming by id alone would keep a stale verdict after the corpus or the seed changed; the row's own
+    ``sources`` hashes say which kernel it judged.
+    """
+    try:
+        got = json.loads(row.get("sources") or "{}")
+    except (TypeError, ValueError):
+        return False
+    if any(got.get(k) != v for k, v in sources.items()):
+        return False
+    if int(row.get("seed", -1)) != int(seed):
+        return False
+    if not _same_verifier_code(row):
+        return False
+    return device == "auto" or row.get("device") in (device, "", None)
+
+
+def _same_verifier_code(row: Mapping[str, Any]) -> bool:
+    """A row graded by other verifier code is stale (the gates or tolerances may have changed since). Rows
+    without a recorded digest (stand-in verifiers, harness errors) are judged by sources and seed alone."""
+    try:
+        recorded = json.loads(row.get("environment") or "{}").get("verifier_code")
+    except (TypeError, ValueError, AttributeError):
+        return True
+    if not recorded:
+        return True
+    from lethe.verifier.api import code_digest
+
+    return recorded == code_digest()
+
+
+def run_shard(
+    items: Iterable[Mapping[str, Any]],
+    checkpoint: str | os.PathLike[str],
+    *,
+    verify_fn: VerifyFn,
+    profiles: Iterable[str],
+    device: str,
+    seed: int,
+    timeout_s: float,
+    corpus: str,
+    shard_label: str = "",
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Verify every (item, profile) not yet in ``checkpoint``; return all rows of this shard in item order.
+
+    Corpus metadata (op_class, final_speedup) is attached to each row here, not by the verifier, so that the
+    verdict never depends on it and aggregation can apply the funnel to every row.
+    """
+    from tqdm import tqdm
+
+    items = list(items)
+    profiles = list(profiles)
+    checkpoint = Path(checkpoint)
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    wanted = {(str(it["id"]), p): item_sources(it) for it in items for p in profiles}
+    # Later lines win: a row redone after its kernel changed supersedes the stale one.
+    done = {}
+    for r in read_checkpoint(checkpoint):
+        key = (str(r["id"]), r.get("profile"))
+        if key in wanted and still_valid(r, wanted[key], seed=seed, device=device):
+            done[key] = r
+    todo = [(it, p) for it in items for p in profiles if (str(it["id"]), p) not in done]
+    bar = tqdm(total=len(items) * len(profiles), initial=len(items) * len(profiles) - len(todo),
+               desc=f"audit {corpus} {shard_label}".strip(), unit="kernel", disable=not progress, file=sys.stderr)
+    with open(checkpoint, "a", encoding="utf-8") as fh:
+        for it, prof in todo:
+            kid = str(it["id"])
+            t0 = time.monotonic()
+            if not it.get("candidate"):
+                row: dict[str, Any] = {"status": NO_CANDIDATE, "error": it.get("extract_error") or "no candidate"}
+            else:
+                row = _guarded(verify_fn, timeout_s, ref_src=it["reference"], cand_src=it["candidate"],
+                               profile=prof, device=device, seed=seed, kernel_id=kid, corpus=corpus)
+            if not row.get("sources") or row.get("sources") == "{}":
+                row["sources"] = json.dumps(item_sources(it), sort_keys=True)
+            row.update(id=kid, profile=prof, corpus=corpus, op_class=it.get("op_class"),
+                       final_speedup=it.get("final_speedup"), shard=shard_label, device=row.get("device") or device,
+                       seed=row.get("seed", seed))
+            if not row.get("seconds"):
+                row["seconds"] = round(time.monotonic() - t0, 3)
+            row = complete_row(row)
+            _append(fh, row)
+            done[(kid, prof)] = row
+            bar.update(1)
+    bar.close()
+    return [done[(str(it["id"]), p)] for it in items for p in profiles]
+
+
+# ------------------------------------------------------------------------------------------------ files
+
+
+def _arrow_schema():
+    """The verdict schema of lethe.verifier.records plus the corpus fields aggregation needs."""
+    import pyarrow as pa
+
+    from lethe.verifier import records as R
+
+    return pa.schema(list(R.ARROW_SCHEMA) + [pa.field("final_speedup", pa.float64()), pa.field("shard", pa.string())])
+
+
+def complete_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Fill the fields of lethe.verdict/1 a shard-made row lacks (no_candidate, harness_error, backstop timeout).
+
+    Rows from the verifier already have every field; rows the shard makes itself get "na" gates and empty
+    environment, so the one parquet schema holds both.
+    """
+    from lethe.verifier import records as R
+
+    out = {"schema": R.SCHEMA_VERSION, "corpus": "", "op_class": "", "error": "", "profile": "strict",
+           "device": "", "seed": 0, "seconds": 0.0, "compile_seconds": 0.0, "weights_copied": False,
+           "output_aliasing": False, "environment": "{}", "sources": "{}", "final_speedup": None, "shard": "",
+           "isolation": "not run: the shard made this row without a sandboxed process", "tamper_proof": False}
+    out.update({k: v for k, v in row.items() if v is not None or k == "final_speedup"})
+    if not out.get("gates"):
+        out["gates"] = R.na_gates(f"row status {out.get('status')}", int(out.get("seed") or 0))
+    out["error"] = out["error"] or ""
+    return out
+
+
+def write_parquet(rows: list[Mapping[str, Any]], path: str | os.PathLike[str]) -> None:
+    """Rows to parquet with the verdict schema (+ corpus fields), atomically (temp file, then rename)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    schema = _arrow_schema()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    full = [complete_row(r) for r in rows]
+    table = pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in full], schema=schema)
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def read_parquet(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Rows back as nested dicts (``row["gates"]["EXC-01"]["status"]``)."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+def gather(shard_files: Iterable[str | os.PathLike[str]], out: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Concatenate shard parquets into one, sorted by (id, profile); duplicates are an error, not merged."""
+    rows: list[dict[str, Any]] = []
+    for f in shard_files:
+        rows.extend(read_parquet(f))
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        key = (str(r["id"]), str(r.get("profile")))
+        if key in seen:
+            raise ValueError(f"row {key} appears in two shards")
+        seen.add(key)
+    rows.sort(key=lambda r: ((0, int(r["id"])) if str(r["id"]).isdigit() else (1, str(r["id"])), str(r.get("profile"))))
+    write_parquet(rows, out)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: one shard of one corpus file; used by tests that kill the process, and usable by hand."""
+    from lethe.corpora.items import load_items, shard
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--corpus", required=True)
+    ap.add_argument("--corpus-file", required=True)
+    ap.add_argument("--shard", type=int, required=True)
+    ap.add_argument("--shards", type=int, required=True)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--profiles", default="strict")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--timeout-s", type=float, default=300)
+    ap.add_argument("--verifier", default=None, help="module:function (default lethe.verifier.api:verify)")
+    ap.add_argument("--no-progress", action="store_true")
+    a = ap.parse_args(argv)
+    items = shard(load_items(a.corpus_file, a.corpus), a.shard, a.shards)
+    rows = run_shard(items, a.checkpoint, verify_fn=resolve(a.verifier), profiles=a.profiles.split(","),
+                     device=a.device, seed=a.seed, timeout_s=a.timeout_s, corpus=a.corpus,
+                     shard_label=f"{a.shard + 1}/{a.shards}", progress=not a.no_progress)
+    write_parquet(rows, a.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

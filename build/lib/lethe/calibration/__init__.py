@@ -1,0 +1,1 @@
+"""Threshold calibration of the battery's thresholded gates (honest floor, trip point, defect onset, margins)."""

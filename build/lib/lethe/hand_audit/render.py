@@ -1,0 +1,41 @@
+"""The hand-audit summary table: per stratum, cell size, sample size and the human verdicts so far."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lethe.hand_audit import labels as L
+from lethe.render import Column, render_table
+
+COLUMNS = [Column("stratum", "stratum", align="l"), Column("cell", "in disputed cell"),
+           Column("selected", "sampled"), Column("classes", "op classes", align="l"),
+           Column("kb_hardened_pass", "hardened KB pass"), Column("defect", "defect"),
+           Column("false_alarm", "false alarm"), Column("unclear", "unclear"), Column("unlabelled", "unlabelled")]
+
+
+def summary_rows(rows: list[Mapping[str, str]], bucket_sizes: Mapping[str, int] | None = None) -> list[dict[str, Any]]:
+    by: dict[str, list[Mapping[str, str]]] = {}
+    for r in rows:
+        by.setdefault(r["stratum"], []).append(r)
+    strata = list(dict.fromkeys([*(bucket_sizes or {}), *sorted(by)]))
+    out = []
+    for s in strata:
+        members = by.get(s, [])
+        c = Counter(r["label"] for r in members)
+        out.append({"stratum": s, "cell": (bucket_sizes or {}).get(s), "selected": len(members),
+                    "classes": ", ".join(sorted({r["op_class"] for r in members})),
+                    "kb_hardened_pass": sum(r["kb_hardened"] == "pass" for r in members),
+                    **{k: c.get(k, 0) for k in L.LABELS}})
+    out.append({"stratum": "total", "cell": sum((bucket_sizes or {}).values()) if bucket_sizes else None,
+                "selected": len(rows), "classes": "", "kb_hardened_pass": sum(r["kb_hardened"] == "pass" for r in rows),
+                **{k: sum(o[k] for o in out) for k in L.LABELS}})
+    return out
+
+
+def render_summary(label_path: str | Path, md: str | Path, tex: str | Path, caption: str, label: str,
+                   bucket_sizes: Mapping[str, int] | None = None, notes: list[str] | None = None) -> None:
+    rows = L.read(label_path)
+    render_table(summary_rows(rows, bucket_sizes), COLUMNS, caption, label, md, tex, notes=notes)

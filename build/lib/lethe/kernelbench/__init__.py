@@ -1,0 +1,1 @@
+"""KernelBench's correctness check (paper-era and hardened), its agreement study and the differential."""

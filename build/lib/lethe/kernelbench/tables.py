@@ -1,0 +1,103 @@
+"""Rendered tables of the differential and the agreement study (published figures and our own runs).
+
+Everything goes through ``lethe.render.render_table`` so the bytes are deterministic and the look is shared.
+Tables drawn from the authors' release say so in the caption (``PUBLISHED_TAG``); tables drawn from this
+project's runs name the corpus they were computed on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from lethe.kernelbench import differential as diff
+from lethe.render import PUBLISHED_TAG, Column, render_table
+
+PCT = "{:.1%}"
+
+TWO_BY_TWO_COLUMNS = [
+    Column("check", "KernelBench check", align="l"),
+    Column("ext_pass_our_pass", "KB pass / battery pass"),
+    Column("ext_pass_our_fail", "KB pass / battery fail"),
+    Column("ext_fail_our_pass", "KB fail / battery pass"),
+    Column("ext_fail_our_fail", "KB fail / battery fail"),
+    Column("n", "kernels"),
+    Column("ext_accept_rate", "KB accept rate", PCT),
+    Column("rejected_share_of_ext_accepted", "battery rejects of KB-accepted", PCT),
+    Column("disagreement_asymmetry", "disagreements in disputed cell", PCT),
+]
+GATE_COLUMNS = [Column("what", "disputed cell (KB pass, battery fail)", align="l"), Column("kernels", "kernels"),
+                Column("share", "share of cell", PCT)]
+
+
+def _load(path: str | Path) -> dict[str, Any]:
+    return json.loads(Path(path).read_text())
+
+
+def render_published_differential(pub_path: str | Path, tables_dir: str | Path) -> list[Path]:
+    """``differential_published`` (both 2x2 tables) and ``differential_published_by_gate`` (disputed cell)."""
+    res = diff.from_published(_load(pub_path))
+    tables_dir = Path(tables_dir)
+    out = []
+    caption = (f"KernelBench check vs the battery on {res['corpus']} ({res['joined_rows']:,} kernels, "
+               f"{res['population']}) -- {PUBLISHED_TAG}. Rates are computed here from the published cells.")
+    render_table(diff.table_rows(res), TWO_BY_TWO_COLUMNS, caption, "tab:differential-published",
+                 tables_dir / "differential_published.md", tables_dir / "differential_published.tex",
+                 notes=["KB = KernelBench's correctness check; battery fail = any gate fails, a gate crashes with "
+                        "a CUDA error, or the candidate fails before gating."])
+    out += [tables_dir / "differential_published.md", tables_dir / "differential_published.tex"]
+    caption = (f"The disputed cell of the paper-era check (KernelBench accepts, battery rejects) by failing gate "
+               f"-- {PUBLISHED_TAG}.")
+    render_table(diff.gate_rows(res, "paper"), GATE_COLUMNS, caption, "tab:differential-published-by-gate",
+                 tables_dir / "differential_published_by_gate.md",
+                 tables_dir / "differential_published_by_gate.tex",
+                 notes=["Gate rows overlap (a kernel counts under every gate it fails); "
+                        "pre_gate_or_crash_or_alias is the authors' bucket for rejections with no failing gate."])
+    out += [tables_dir / "differential_published_by_gate.md", tables_dir / "differential_published_by_gate.tex"]
+    return out
+
+
+def agreement_rows(cells: Mapping[str, int]) -> list[dict[str, Any]]:
+    n = sum(cells.values())
+    agree = cells["their_pass_our_pass"] + cells["their_fail_our_fail"]
+    return [{"their_pass_our_pass": cells["their_pass_our_pass"], "their_pass_our_fail": cells["their_pass_our_fail"],
+             "their_fail_our_pass": cells["their_fail_our_pass"], "their_fail_our_fail": cells["their_fail_our_fail"],
+             "n": n, "agreement": agree / n if n else None}]
+
+
+AGREEMENT_COLUMNS = [Column("their_pass_our_pass", "KB pass / replica pass"),
+                     Column("their_pass_our_fail", "KB pass / replica fail"),
+                     Column("their_fail_our_pass", "KB fail / replica pass"),
+                     Column("their_fail_our_fail", "KB fail / replica fail"),
+                     Column("n", "kernels"), Column("agreement", "agreement", "{:.2%}")]
+
+
+def render_published_agreement(pub_path: str | Path, tables_dir: str | Path) -> list[Path]:
+    pub = _load(pub_path)
+    tables_dir = Path(tables_dir)
+    caption = (f"KernelBench's own check (commit {pub['kernelbench_commit']}) vs the authors' re-implementation, "
+               f"paper-era -- {PUBLISHED_TAG}. Agreement computed here from the published cells.")
+    render_table(agreement_rows(pub["cells_their_vs_our_replica"]), AGREEMENT_COLUMNS, caption,
+                 "tab:kernelbench-agreement-published", tables_dir / "kernelbench_agreement_published.md",
+                 tables_dir / "kernelbench_agreement_published.tex")
+    return [tables_dir / "kernelbench_agreement_published.md", tables_dir / "kernelbench_agreement_published.tex"]
+
+
+def render_computed_differential(diff_path: str | Path, corpus: str, tables_dir: str | Path) -> list[Path]:
+    """``differential_<corpus>`` and ``differential_<corpus>_by_gate`` from our own ``differential.json``."""
+    res = _load(diff_path)
+    tables_dir = Path(tables_dir)
+    n_excl = {v: sum(res[v]["excluded"].values()) for v in ("paper", "hardened") if v in res}
+    excl_note = "; ".join(f"{v}: {k}" for v, k in n_excl.items())
+    stem = f"differential_{corpus}"
+    render_table(diff.table_rows(res), TWO_BY_TWO_COLUMNS,
+                 f"KernelBench check (this project's re-implementation) vs the battery on the {corpus} corpus.",
+                 f"tab:{stem}", tables_dir / f"{stem}.md", tables_dir / f"{stem}.tex",
+                 notes=[f"Kernels outside the audit denominator or without a recorded KernelBench result are "
+                        f"excluded ({excl_note}); see results/differential/{corpus}/differential.json."])
+    render_table(diff.gate_rows(res, "paper"), GATE_COLUMNS,
+                 f"The disputed cell of the paper-era check on the {corpus} corpus, by failing gate.",
+                 f"tab:{stem}-by-gate", tables_dir / f"{stem}_by_gate.md", tables_dir / f"{stem}_by_gate.tex")
+    return [tables_dir / f"{stem}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]

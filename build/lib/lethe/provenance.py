@@ -1,0 +1,122 @@
+"""One provenance record format for every result the workflow writes.
+
+Every committed intermediate under ``results/`` carries the same block, so a reader can tell which code,
+machine and library versions produced a number. GPU fields read "cpu" on a machine without CUDA.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "lethe.provenance/1"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=False
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def git_sha() -> str:
+    """The commit the code ran from, with ``-dirty`` when the tree had uncommitted changes."""
+    # The device machine receives a copy of the tree without usable history: the caller passes the sha in.
+    if os.environ.get("LETHE_GIT_SHA"):
+        return os.environ["LETHE_GIT_SHA"]
+    sha = _git("rev-parse", "HEAD")
+    if not re.fullmatch(r"[0-9a-f]{40}", sha):
+        return "unknown"
+    # Outputs being regenerated (results/, paper/, figures/, logs/) are not code: a workflow that rewrites its
+    # own committed results must not mark them as coming from uncommitted code.
+    if _git("status", "--porcelain", "--untracked-files=no", "--", ".", *(f":(exclude){d}" for d in OUTPUT_DIRS)):
+        sha += "-dirty"
+    return sha
+
+
+OUTPUT_DIRS = ("results", "paper", "figures", "logs")
+
+
+def gpu_info() -> dict[str, Any]:
+    """Name, driver and compute capability of the first CUDA device, or ``{"gpu": "cpu"}``."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        return {"gpu": "cpu", "driver": None, "capability": None}
+    if not torch.cuda.is_available():
+        return {"gpu": "cpu", "driver": None, "capability": None}
+    driver = None
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )
+        driver = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+    except (OSError, subprocess.SubprocessError):
+        pass
+    major, minor = torch.cuda.get_device_capability(0)
+    return {
+        "gpu": torch.cuda.get_device_name(0),
+        "driver": driver,
+        "capability": f"sm_{major}{minor}",
+        "cuda_runtime": torch.version.cuda,
+    }
+
+
+def library_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "triton", "numpy", "pandas"):
+        try:
+            module = __import__(name)
+            versions[name] = getattr(module, "__version__", None)
+        except ImportError:
+            versions[name] = None
+    return versions
+
+
+def collect(command: str | None = None, **extra: Any) -> dict[str, Any]:
+    """The provenance block: git sha, host, GPU/driver (or cpu), library versions, command, UTC time."""
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "git_sha": git_sha(),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        **gpu_info(),
+        **library_versions(),
+        "command": command if command is not None else " ".join(sys.argv),
+        "utc_time": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+    }
+    record.update(extra)
+    return record
+
+
+def write(path: str | os.PathLike[str], command: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Write the provenance block as JSON next to a result (conventionally ``provenance.json``)."""
+    record = collect(command=command, **extra)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return record
+
+
+REQUIRED_KEYS = ("schema", "git_sha", "host", "gpu", "python", "torch", "triton", "command", "utc_time")
+
+
+def validate(record: dict[str, Any]) -> list[str]:
+    """Problems with a provenance block (empty list when it is complete)."""
+    problems = [f"missing key {k!r}" for k in REQUIRED_KEYS if k not in record]
+    if record.get("schema") not in (SCHEMA, None) and "schema" in record:
+        problems.append(f"unknown schema {record['schema']!r}")
+    return problems

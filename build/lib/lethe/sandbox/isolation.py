@@ -1,0 +1,385 @@
+"""Operating-system isolation of a sandboxed child: its own uid, no capabilities, a read-only file system.
+
+Why the operating system and not Python: a candidate kernel is arbitrary code in its own process, so any guard
+written in Python inside that process can be undone by the candidate. What it cannot undo is what the kernel
+enforces on its credentials and mounts. The parent (``lethe.sandbox.runner``) leases a fresh unprivileged uid for
+each run (:class:`UidLease`); the child, while it is still root and single-threaded, calls :func:`enter` before any
+candidate code runs:
+
+1. ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)``: a private mount table, no network
+   (only a down loopback), private System V IPC.
+2. Mounts (private to that namespace, nothing propagates back): a private tmpfs on ``/dev/shm``; for every
+   directory that the run's uid could not traverse but the interpreter needs (``/root`` on a pyenv machine), a
+   tmpfs over it with bind mounts of exactly the needed entries; the run directory bound onto itself; then the
+   whole tree made read-only recursively (``mount_setattr``), and only the run directory and ``/dev/shm``
+   writable again.
+3. Credentials: supplementary groups cleared, every capability dropped from the bounding set, ``no_new_privs``
+   (a set-uid binary cannot give root back), then real/effective/saved uid and gid set to the leased id, which
+   clears the permitted and effective capability sets.
+
+What that buys, each enforced by the kernel: the candidate cannot read another process's memory or environment
+(``/proc/<pid>/mem`` and ``environ`` need ptrace access to a process of another uid), cannot signal or ptrace the
+verifier, the zygote, the reference process or another candidate (different uids, no CAP_KILL / CAP_SYS_PTRACE),
+cannot write outside its run directory (read-only mounts it cannot remount without CAP_SYS_ADMIN), cannot reach
+the network, and every process it creates carries the leased uid, which it cannot shed: the parent finds and
+kills all of them by uid after the run (:func:`sweep_uid`), including double-forked daemons re-parented to init.
+RLIMIT_NPROC, which root ignores, bounds a fork bomb because the uid is not root.
+
+Where a mechanism is unavailable (not root, no mount_setattr, a kernel that refuses namespaces) the child runs
+with whatever could be applied, and :func:`enter` says exactly what in its report; the verifier copies that into
+every row (``isolation``) and calls a row tamper-proof only when everything applied. ``LETHE_ISOLATION=off``
+switches isolation off explicitly (the rows then say so); ``require`` makes a run that cannot be fully isolated
+fail as a harness error instead of running weaker.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import secrets
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+
+MODES = ("auto", "require", "off")
+# Leased uids/gids: far above any real account (useradd stops at 60000; container ranges start at 100000 and
+# are 65536 wide), and spread so that concurrent verifiers on one host rarely even probe the same slot.
+UID_BASE = 1_800_000_000
+UID_SLOTS = 1 << 20
+LOCK_DIR = Path(os.environ.get("LETHE_UID_LOCK_DIR", "/run/lethe-uids" if os.path.isdir("/run") else "/tmp/.lethe-uids"))
+SHM_MB = 64
+
+# What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs.
+FULL = "os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts namespaces, read-only file system outside the run directory"
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY = 1
+_MS_NOSUID = 2
+_MS_NODEV = 4
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
+_AT_RECURSIVE = 0x8000
+_MOUNT_ATTR_RDONLY = 0x1
+_SYS_MOUNT_SETATTR = {"x86_64": 442, "aarch64": 442}
+_PR_SET_DUMPABLE = 4
+_PR_CAPBSET_DROP = 24
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_PDEATHSIG = 1
+
+_libc = None
+
+
+def _c():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+        _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+        _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+    return _libc
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mode() -> str:
+    """The isolation mode of this process: ``LETHE_ISOLATION`` (auto | require | off), default auto."""
+    m = os.environ.get("LETHE_ISOLATION", "auto").strip() or "auto"
+    if m not in MODES:
+        raise ValueError(f"LETHE_ISOLATION must be one of {MODES}, got {m!r}")
+    return m
+
+
+def unavailable_reason() -> str | None:
+    """Why this process cannot isolate a child at all (None when it can try): only root can lease uids and
+    create namespaces without a user namespace."""
+    if not sys.platform.startswith("linux"):
+        return f"not Linux ({sys.platform})"
+    if os.geteuid() != 0:
+        return f"the verifier runs as uid {os.geteuid()}, not root: it cannot give children another uid"
+    return None
+
+
+def harden_self() -> None:
+    """Make the calling (verifier) process non-dumpable: belt and braces beside the uid separation, since a
+    non-dumpable process's /proc/<pid>/mem, environ and fds need CAP_SYS_PTRACE to open."""
+    try:
+        _c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except Exception:  # noqa: BLE001 - not Linux: nothing to harden
+        pass
+
+
+# ---------------------------------------------------------------------------------------------- parent side
+
+
+def processes_of_uid(uid: int) -> list[int]:
+    """Pids whose real, effective or saved uid is ``uid`` (read from /proc; the candidate cannot hide from it)."""
+    out = []
+    me = os.getpid()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open(f"/proc/{name}/status", "rb") as fh:
+                for line in fh:
+                    if line.startswith(b"Uid:"):
+                        ids = [int(x) for x in line.split()[1:4]]
+                        if uid in ids:
+                            out.append(int(name))
+                        break
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def sweep_uid(uid: int, *, max_s: float = 10.0) -> int:
+    """Stop, then kill, every process of ``uid`` until none is left; returns how many were killed.
+
+    The uid is the run's unforgeable tag (no capabilities, no_new_privs: a process cannot change it), so this
+    finds orphans re-parented to init and double-forked daemons as well as the child's own tree. Stopping
+    first means a fork bomb cannot replace its killed members faster than they are found."""
+    killed = 0
+    deadline = time.monotonic() + max_s
+    while True:
+        pids = processes_of_uid(uid)
+        if not pids:
+            return killed
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except (ProcessLookupError, PermissionError):
+                pass
+        if time.monotonic() > deadline:
+            return killed
+        time.sleep(0.002)
+
+
+class UidLease:
+    """An unprivileged uid that no other live run on this host holds, for one run.
+
+    The lease is an exclusive ``flock`` on a per-slot file in a root-only directory, so a crashed verifier's
+    leases are released by the kernel with its descriptors. A slot is taken only after any process still
+    carrying that uid (left by a verifier that died before sweeping) has been killed."""
+
+    def __init__(self) -> None:
+        self.uid: int | None = None
+        self._fd: int | None = None
+
+    def acquire(self) -> int:
+        LOCK_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(LOCK_DIR, 0o700)
+        start = secrets.randbelow(UID_SLOTS)
+        for i in range(4096):
+            slot = (start + i) % UID_SLOTS
+            fd = os.open(LOCK_DIR / f"{slot}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            self.uid, self._fd = UID_BASE + slot, fd
+            sweep_uid(self.uid)
+            return self.uid
+        raise OSError("no free sandbox uid slot")
+
+    def release(self) -> int:
+        """Kill whatever still runs under the uid, then free the slot; returns how many processes were killed."""
+        killed = 0
+        if self.uid is not None:
+            killed = sweep_uid(self.uid)
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self.uid = self._fd = None
+        return killed
+
+
+def give_to(uid: int, paths: list[Path]) -> None:
+    """Hand the run's private directories (and what the parent put in them) to the run's uid, mode 0700, so
+    the child can write there and no other uid can enter."""
+    for top in paths:
+        for dirpath, _dirnames, filenames in os.walk(top):
+            os.chown(dirpath, uid, uid, follow_symlinks=False)
+            os.chmod(dirpath, 0o700)
+            for name in filenames:
+                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+
+
+# ----------------------------------------------------------------------------------------------- child side
+
+
+def _mount(src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(_c().mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {dst}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64), ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+def _setattr(path: str, *, set_: int = 0, clr: int = 0, recursive: bool = False) -> None:
+    nr = _SYS_MOUNT_SETATTR.get(os.uname().machine)
+    if nr is None:
+        raise OSError(0, f"mount_setattr: unknown syscall number on {os.uname().machine}")
+    attr = _MountAttr(set_, clr, 0, 0)
+    libc = _c()
+    libc.syscall.restype = ctypes.c_long
+    rc = libc.syscall(ctypes.c_long(nr), ctypes.c_int(-100), ctypes.c_char_p(path.encode()),
+                      ctypes.c_uint(_AT_RECURSIVE if recursive else 0), ctypes.byref(attr),
+                      ctypes.c_size_t(ctypes.sizeof(attr)))
+    _check(int(rc), f"mount_setattr {path}")
+
+
+def _blocked_ancestors(paths: list[str], uid: int) -> dict[str, set[str]]:
+    """Directories on the way to ``paths`` that ``uid`` (not their owner, no capabilities) could not traverse,
+    each with the names of the entries under it that the paths need."""
+    out: dict[str, set[str]] = {}
+    for p in paths:
+        parts = Path(p).parts
+        cur = "/"
+        for name in parts[1:]:
+            try:
+                st = os.stat(cur)
+            except OSError:
+                break
+            if stat.S_ISDIR(st.st_mode) and st.st_uid != uid and not st.st_mode & stat.S_IXOTH:
+                out.setdefault(cur, set()).add(name)
+            cur = os.path.join(cur, name)
+    return out
+
+
+def _needed_paths(rw: list[str]) -> list[str]:
+    need = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix, *rw}
+    # Every imported module lives under one of these (the import system found it there); walking sys.modules
+    # instead would cost a realpath per module, thousands with torch loaded, on every run.
+    for p in sys.path + os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if p and os.path.exists(p):
+            need.add(os.path.realpath(p))
+    return sorted(need)
+
+
+def _open_views(blocked: dict[str, set[str]]) -> None:
+    """Replace each untraversable directory by a tmpfs (mode 0755) that holds bind mounts of only the entries the
+    interpreter needs: the run's uid can then reach the Python installation under /root, and nothing else there."""
+    for top in sorted(blocked, key=lambda d: d.count("/")):
+        fds = {}
+        for name in sorted(blocked[top]):
+            src = os.path.join(top, name)
+            if os.path.lexists(src):
+                fds[name] = (os.open(src, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), os.path.isdir(src)
+                             and not os.path.islink(src), os.path.islink(src), os.readlink(src)
+                             if os.path.islink(src) else None)
+        _mount("lethe-view", top, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        for name, (fd, is_dir, is_link, target) in fds.items():
+            dst = os.path.join(top, name)
+            if is_link:
+                os.symlink(target, dst)
+            else:
+                if is_dir:
+                    os.mkdir(dst)
+                else:
+                    open(dst, "w").close()
+                _mount(f"/proc/self/fd/{fd}", dst, None, _MS_BIND | _MS_REC)
+            os.close(fd)
+
+
+def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
+    """Isolate the calling process (root, single-threaded, no candidate code run yet); returns the report
+    ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...]}``.
+
+    Each step is attempted in order and verified afterwards (the uid, the capability sets, a write outside the
+    run directory); what failed is named in ``missing`` and the report is then not tamper-proof."""
+    applied: list[str] = []
+    missing: list[str] = []
+    libc = _c()
+    rw = [os.path.realpath(p) for p in rw]
+    cwd = os.getcwd()
+    try:
+        _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
+        applied.append("namespaces")
+        _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        blocked = _blocked_ancestors(_needed_paths(rw), uid)
+        _open_views(blocked)
+        try:
+            _mount("lethe-shm", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={SHM_MB}m")
+        except OSError:
+            pass  # no /dev/shm: nothing to make private
+        for p in rw:
+            _mount(p, p, None, _MS_BIND | _MS_REC)
+        _setattr("/", set_=_MOUNT_ATTR_RDONLY, recursive=True)
+        for p in rw + (["/dev/shm"] if os.path.ismount("/dev/shm") else []):
+            _setattr(p, clr=_MOUNT_ATTR_RDONLY)
+        applied.append("read-only file system")
+    except OSError as exc:
+        missing.append(f"mount isolation ({exc.strerror or exc})")
+    # The cwd still names the directory under the new bind mount's old dentry: re-enter it through the mount.
+    try:
+        os.chdir(cwd)
+    except OSError:
+        pass
+    try:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+        for cap in range(last + 1):
+            libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+        _check(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+        os.setresuid(uid, uid, uid)
+        applied.append("uid")
+    except OSError as exc:
+        missing.append(f"uid switch ({exc.strerror or exc})")
+    if pdeathsig:
+        # Changing credentials clears the parent-death signal: set it again.
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    missing += _verify(uid, rw)
+    ok = not missing
+    return {"isolation": FULL if ok else "partial: missing " + "; ".join(missing) + (
+        f" (applied: {', '.join(applied)})" if applied else ""), "tamper_proof": ok,
+        "applied": applied, "missing": missing}
+
+
+def _verify(uid: int, rw: list[str]) -> list[str]:
+    """Check from inside that the credentials and the mounts are what :func:`enter` meant to set."""
+    bad = []
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+        bad.append(f"credentials are uid {os.getresuid()} gid {os.getresgid()}")
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(("CapEff:", "CapPrm:", "CapBnd:")) and int(line.split()[1], 16):
+                bad.append(f"capabilities remain ({line})")
+    except OSError:
+        bad.append("cannot read /proc/self/status")
+    probe_dir = os.path.dirname(rw[0]) if rw else "/"
+    probe = os.path.join(probe_dir, f".lethe-write-probe-{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+        bad.append(f"{probe_dir} is writable")
+    except OSError:
+        pass
+    return bad
+
+
+def off_report(reason: str) -> dict:
+    """The report of a child that was not isolated, for the row."""
+    return {"isolation": f"none: {reason}", "tamper_proof": False, "applied": [], "missing": [reason]}

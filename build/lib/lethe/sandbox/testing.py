@@ -1,0 +1,278 @@
+"""Small child-side functions for exercising the sandbox (the hostile-kernel suite and smoke tests).
+
+These run INSIDE the sandboxed child via ``run_isolated("lethe.sandbox.testing:<name>", ...)``.
+"""
+
+from __future__ import annotations
+
+import types
+from pathlib import Path
+
+import numpy as np
+
+
+def run_candidate_forward(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Exec a KernelBench-style candidate source, build ``ModelNew(*init_inputs)`` under a fixed seed and call
+    ``forward`` on the input arrays (named ``x0``, ``x1``, ... in order, moved to ``payload["device"]``).
+
+    A tensor output comes back as the array ``out``; anything else is passed through untouched so that the
+    sandbox, not this helper, classifies it (``bad_result``). If the model has a ``sandbox_report()`` method
+    its dict is returned as ``result["report"]`` (hostile kernels use it to say what they attempted).
+    """
+    import torch
+
+    src = payload["cand_src"]
+    mod = types.ModuleType("candidate")
+    mod.__file__ = str(workdir / "cand.py")
+    code = compile(src, mod.__file__, "exec")
+    exec(code, mod.__dict__)  # noqa: S102 - executing untrusted code is the point; we are in the sandbox
+    torch.manual_seed(int(payload.get("seed", 0)))
+    model = mod.ModelNew(*payload.get("init_inputs", []))
+    device = payload.get("device", "cpu")
+    inputs = [torch.from_numpy(arrays[f"x{i}"]).to(device) for i in range(len(arrays))]
+    with torch.no_grad():
+        out = model(*inputs)
+    result: dict = {}
+    report = getattr(model, "sandbox_report", None)
+    if callable(report):
+        result["report"] = report()
+    if isinstance(out, torch.Tensor):
+        return result, {"out": out.detach().cpu().contiguous().numpy()}
+    return result, {"out": out}
+
+
+def echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Return the payload and the arrays doubled: the smallest round trip through the sandbox."""
+    return {"payload": payload, "cwd": str(workdir)}, {k: v * 2 for k, v in arrays.items()}
+
+
+def env_probe(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Report what the child sees: selected environment variables, cwd, temp dir and resource limits."""
+    import os
+    import resource
+    import tempfile
+
+    keys = ["PYTHONHASHSEED", "OMP_NUM_THREADS", "CUBLAS_WORKSPACE_CONFIG", "HOME", "TMPDIR",
+            "CUDA_VISIBLE_DEVICES", *payload.get("extra_keys", [])]
+    return {
+        "env": {k: os.environ.get(k) for k in keys},
+        "cwd": os.getcwd(),
+        "workdir": str(workdir),
+        "gettempdir": tempfile.gettempdir(),
+        "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
+        "rlimit_core": resource.getrlimit(resource.RLIMIT_CORE)[0],
+        "hash_of_abc": hash("abc"),
+    }, {}
+
+
+def chatter(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Write ``payload["bytes"]`` bytes to stdout then a marker line; return normally."""
+    import sys
+
+    n = int(payload["bytes"])
+    line = "." * 1023 + "\n"
+    for _ in range(n // 1024):
+        sys.stdout.write(line)
+    sys.stdout.write("END-OF-CHATTER\n")
+    sys.stdout.flush()
+    return {"wrote": n}, {}
+
+
+def hog_and_wait(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Hold ``payload["mb"]`` MB of touched memory, then sleep: the sandbox's RSS watch must stop it."""
+    import time
+
+    block = bytearray(int(payload["mb"]) << 20)
+    for i in range(0, len(block), 4096):
+        block[i] = 1
+    time.sleep(float(payload.get("sleep_s", 30)))
+    return {"survived": True}, {}
+
+
+def fork_and_hang(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Fork ``payload["n"]`` sleepers (half of them leave the process group with setsid), record their pids
+    in ``payload["pid_file"]``, then hang: the timeout must kill all of them."""
+    import os
+    import time
+
+    pids = []
+    for i in range(int(payload["n"])):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                if i % 2:
+                    os.setsid()
+                time.sleep(60)
+            finally:
+                os._exit(0)
+        pids.append(pid)
+    with open(payload["pid_file"], "w") as fh:
+        fh.write(" ".join(map(str, pids)))
+    while True:
+        time.sleep(1)
+
+
+def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Report the process state a candidate starts from, for comparing start modes: the whole environment,
+    sys.path, argv, signal dispositions and mask, open descriptors, limits, threads, session, CUDA state,
+    ``__main__``, interpreter flags, the first draws of the entropy-seeded generators and the CPU time used."""
+    import os
+    import random
+    import resource
+    import signal
+    import sys
+    import tempfile
+
+    def disp(h):
+        if h in (signal.SIG_DFL, signal.SIG_IGN):
+            return signal.Handlers(h).name
+        return "handler" if h is not None else None
+
+    torch = sys.modules.get("torch")
+    if payload.get("touch_cuda") and torch is not None and torch.cuda.is_available():
+        # A fresh process pays for its own CUDA context in both modes (used by lethe.sandbox.bench).
+        torch.zeros(1, device="cuda").sum().item()
+    fds = {}
+    for name in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            fds[name] = os.readlink(f"/proc/self/fd/{name}").split("[")[0]
+        except OSError:
+            pass  # the descriptor of the listing itself, closed meanwhile
+    limits = {n: resource.getrlimit(getattr(resource, n)) for n in
+              ("RLIMIT_AS", "RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_NPROC", "RLIMIT_NOFILE", "RLIMIT_STACK")}
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    # What C code (the CUDA driver, OpenMP, glibc) sees, as opposed to Python's os.environ mapping.
+    c_env = {}
+    for k in ("HOME", "TMPDIR", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "PYTHONPATH"):
+        v = libc.getenv(k.encode())
+        c_env[k] = "<unset>" if v is None else v.decode()
+    return {
+        "pid": os.getpid(),
+        "env": dict(os.environ),
+        "c_env": c_env,
+        "sys_path": list(sys.path),
+        "argv_len": len(sys.argv),
+        "argv0": sys.argv[0],
+        "signals": {s.name: disp(signal.getsignal(s)) for s in signal.valid_signals()
+                    if isinstance(s, signal.Signals) and s not in (signal.SIGKILL, signal.SIGSTOP)},
+        "sigmask": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "fds": fds,
+        "limits": {k: list(v) for k, v in limits.items()},
+        "threads": len(os.listdir("/proc/self/task")),
+        "session_leader": os.getsid(0) == os.getpid(),
+        "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        "cwd": os.getcwd(),
+        "gettempdir": tempfile.gettempdir(),
+        "main": sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else None,
+        "flags": {k: getattr(sys.flags, k) for k in ("optimize", "dont_write_bytecode", "hash_randomization",
+                                                     "no_user_site", "isolated", "safe_path")},
+        "hash_of_abc": hash("abc"),
+        "cuda_initialised": bool(torch.cuda.is_initialized()) if torch is not None else None,
+        "torch_threads": torch.get_num_threads() if torch is not None else None,
+        "random": random.random(),
+        "np_random": float(np.random.random()),
+        "umask": os.umask(0o022),
+        # CPU this process has used so far (a forked child's count starts at the fork): the start-up cost
+        # of each mode without the machine's load in it.
+        "cpu_s": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
+    }, {}
+
+
+def numerics(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Deterministic float work through numpy and torch (seeded generator, matmul, reductions,
+    transcendental functions, a linear solve): its output bytes must not depend on the start mode."""
+    import torch
+
+    torch.manual_seed(int(payload.get("seed", 0)))
+    x = torch.randn(96, 96, dtype=torch.float32)
+    w = torch.randn(96, 96, dtype=torch.float64)
+    rng = np.random.default_rng(int(payload.get("seed", 0)))
+    a = rng.standard_normal((64, 64))
+    out = {
+        "mm": (x @ x.T).numpy(),
+        "softmax": torch.softmax(x, dim=-1).numpy(),
+        "gelu": torch.nn.functional.gelu(x).numpy(),
+        "sum64": w.sum(dim=0).numpy(),
+        "solve": np.linalg.solve(a + 64 * np.eye(64), np.ones(64)),
+        "exp": np.exp(a).astype(np.float32),
+    }
+    if arrays:
+        out["in_mm"] = arrays["x"] @ arrays["x"]
+    return {"torch_initial_seed": int(torch.initial_seed())}, out
+
+
+def pollute(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Leave every kind of in-process trace a candidate could leave (a patched torch function, a new module,
+    a changed attribute of a lethe module, an environment variable, a global RNG draw), then report whether
+    traces of an *earlier* run are visible: in a fresh process none may be."""
+    import os
+    import sys
+
+    import torch
+
+    import lethe.sandbox.testing as me
+
+    seen = {
+        "patched_allclose": getattr(torch.allclose, "_lethe_polluted", False),
+        "module": "lethe_polluter" in sys.modules,
+        "attr": getattr(me, "POLLUTED", False),
+        "env": os.environ.get("LETHE_POLLUTED"),
+    }
+
+    def fake(*_a, **_k):
+        return True
+
+    fake._lethe_polluted = True
+    torch.allclose = fake
+    sys.modules["lethe_polluter"] = type(sys)("lethe_polluter")
+    me.POLLUTED = True
+    os.environ["LETHE_POLLUTED"] = "1"
+    torch.manual_seed(123)
+    return {"seen": seen}, {}
+
+
+def kill_parent_if_zygote(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Hostile to the zygote mode only: SIGKILL our parent process if (and only if) it is a sandbox zygote
+    (in spawn mode the parent is the verifier itself, which this helper must never touch), then sleep."""
+    import os
+    import signal
+    import time
+
+    ppid = os.getppid()
+    try:
+        with open(f"/proc/{ppid}/cmdline", "rb") as fh:
+            is_zygote = b"--zygote" in fh.read().split(b"\0")
+    except OSError:
+        is_zygote = False
+    time.sleep(float(payload.get("delay_s", 0.0)))
+    if is_zygote:
+        try:
+            os.kill(ppid, signal.SIGKILL)
+        except PermissionError:
+            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled.
+            return {"killed": False, "refused": True}, {}
+        time.sleep(30)
+    return {"killed": is_zygote}, {}
+
+
+def sleep_then_echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Sleep ``payload["sleep_s"]`` seconds, then return the payload: a well-behaved run that is in flight for
+    a while."""
+    import time
+
+    time.sleep(float(payload.get("sleep_s", 1.0)))
+    return {"payload": payload}, {k: v * 2 for k, v in arrays.items()}
+
+
+def blas_probe(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """A BLAS matrix product (numpy's OpenBLAS, multi-threaded when ``OPENBLAS_NUM_THREADS`` > 1) and the
+    thread count around it: the result bytes and the thread pool must not depend on the start mode."""
+    import os
+
+    a = np.random.default_rng(int(payload.get("seed", 0))).standard_normal((256, 256))
+    before = len(os.listdir("/proc/self/task"))
+    out = a @ a.T
+    return {"threads_before": before, "threads_after": len(os.listdir("/proc/self/task"))}, {"out": out}

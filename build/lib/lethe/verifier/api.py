@@ -1,0 +1,286 @@
+"""verify(): reference process first, then one candidate process, then pure grading in this process.
+
+Order matters and is enforced here: the float64 reference runs (or is fetched from the cache) before the
+candidate is loaded, in a different sandboxed process; the candidate process receives inputs, reference weights
+and upstream gradients only. One candidate process runs every probe after a single load/compile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from lethe.verifier import gates as G
+from lethe.verifier import probes as P
+from lethe.verifier import profiles as PR
+from lethe.verifier import records as R
+from lethe.verifier import tolerance as T
+
+_REF_CACHE: dict[str, tuple[Any, dict, dict]] = {}
+_REF_CACHE_MAX = 16
+# RES-02 compiles every launched Triton kernel ahead of time for these targets (lethe.aot), GPU or not.
+AOT_TARGETS = ("sm_90a", "sm_100a")
+CUDA_SOURCE = re.compile(r"load_inline|cpp_extension|cuda_sources|__global__")
+
+
+def _sandbox():
+    from lethe.sandbox import run_isolated
+
+    return run_isolated
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be cpu, cuda or auto, got {device!r}")
+    return device
+
+
+def code_digest() -> str:
+    """SHA-256 over the verifier's own sources (gates, probes, tolerances, reference, worker...): two rows with
+    the same digest were graded by the same code, so a resumed audit may reuse one (lethe.audit.shard)."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def environment(device: str) -> dict:
+    """What makes a row reproducible: library versions, device, plan and tolerance versions, the verifier's code
+    digest (no host, no time)."""
+    from lethe.provenance import gpu_info, library_versions
+
+    env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
+           "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
+           "verifier_code": code_digest()}
+    if device == "cuda":
+        info = gpu_info()
+        env["gpu"] = {k: info.get(k) for k in ("gpu", "capability", "cuda_runtime")}
+    return env
+
+
+def _sha(s: str) -> str:
+    return hashlib.sha256(s.encode()).hexdigest()
+
+
+def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None, timeout_s: float = 600,
+                  memory_mb: int = 16384, runner=None, interpret: bool = False):
+    """Reference results for (source, seed[, gate filter]), cached per input set: the plan is a pure function
+    of these, so the key is the hash of the source, the seed, the plan version and the filter."""
+    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret]))
+    if key in _REF_CACHE:
+        return _REF_CACHE[key]
+    res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
+                     payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
+                              "interpret": interpret},
+                     timeout_s=timeout_s, memory_mb=memory_mb, device="cpu")
+    out = (res.status, res.result or {}, res.arrays or {}, res)
+    if res.status == "ok" and (res.result or {}).get("ok"):
+        if len(_REF_CACHE) >= _REF_CACHE_MAX:
+            _REF_CACHE.pop(next(iter(_REF_CACHE)))
+        _REF_CACHE[key] = out
+    return out
+
+
+def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str = "auto", seed: int = 0,
+           timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
+           op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
+           constants: T.Constants = T.DEFAULT, runner=None) -> dict:
+    """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
+
+    ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
+    and only for trusted fixture kernels.
+    """
+    return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
+                           memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
+                           only_gates=only_gates, sources=sources, constants=constants, runner=runner)[0]
+
+
+def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
+                    timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
+                    op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
+                    constants: T.Constants = T.DEFAULT, runner=None,
+                    aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None) -> list[dict]:
+    """One row per contract profile from a single reference run and a single candidate run.
+
+    The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
+    are run), so the candidate executes once and each profile grades the same recorded outputs. The row of a
+    profile is identical to what ``verify(..., profile=p)`` returns, except for the wall-clock ``seconds`` and
+    ``compile_seconds`` (``records.deterministic_view``).
+
+    ``timings``, when given, receives wall-clock seconds per phase (reference, candidate, aot, grade; the
+    reference phase is ~0 on a cache hit): diagnostics for throughput work, never part of a row.
+    """
+    t0 = time.perf_counter()
+    phase = timings if timings is not None else {}
+
+    def lap(name: str, since: float) -> float:
+        now = time.perf_counter()
+        phase[name] = round(now - since, 3)
+        return now
+    profs = [PR.get(p) for p in profiles]
+    dev = resolve_device(device)
+    src_info = {"ref_sha256": _sha(ref_src), "cand_sha256": _sha(cand_src), **(sources or {})}
+    base = {"id": kernel_id or src_info["cand_sha256"][:16], "corpus": corpus, "op_class": op_class,
+            "device": dev, "seed": int(seed),
+            "environment": json.dumps(environment(dev), sort_keys=True),
+            "sources": json.dumps(src_info, sort_keys=True)}
+
+    ran: list[tuple[str, Any]] = []  # (role, SandboxResult) of every sandboxed process this row depends on
+
+    def finish(**kw) -> list[dict]:
+        secs = round(time.perf_counter() - t0, 3)
+        return [R.make_row(**base, **isolation_fields(ran), profile=prof.name, seconds=secs, **kw) for prof in profs]
+
+    # Under the Triton CPU interpreter the plan caps its shape variants harder (probes.NUMEL_CAP_INTERPRET):
+    # the interpreter runs every program of the grid in Python.
+    interpret = dev == "cpu" and "triton" in cand_src
+    rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
+                                              interpret=interpret)
+    ran.append(("reference", rraw))
+    t1 = lap("reference_s", t0)
+    if rstatus != "ok" or not rres.get("ok"):
+        err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
+        return finish(status="ref_broken", error=str(err)[:2000])
+
+    if dev == "cpu" and CUDA_SOURCE.search(cand_src):
+        return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
+
+    send = {k: v for k, v in rarr.items()
+            if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
+    probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
+                      if m["status"] == "ok"]
+    env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
+    payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
+               "param_shapes": rres["param_shapes"], "probes": probes_payload}
+    cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
+    ran.append(("candidate", cres))
+    t1 = lap("candidate_s", t1)
+    phase["candidate_child_s"] = round(getattr(cres, "seconds", 0.0), 3)
+    ps = (cres.result or {}).get("probe_seconds") or {}
+    phase["candidate_probes_s"] = round(sum(ps.values()), 3)
+    phase["slowest_probes"] = sorted(ps.items(), key=lambda kv: -kv[1])[:3]
+    phase["candidate_load_s"] = round((cres.result or {}).get("load_seconds", 0.0) or 0.0, 3)
+    phase["candidate_stderr_tail"] = (getattr(cres, "stderr_tail", "") or "")[-400:]
+    if cres.status == "timeout":
+        return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
+    if cres.status != "ok":
+        tail = (cres.stderr_tail or "")[-600:]
+        return finish(status="crash", error=f"sandbox {cres.status}: {cres.detail} {tail}"[:2000])
+    cand = cres.result or {}
+    stage = cand.get("stage")
+    if stage in ("compile", "load"):
+        if cand.get("interp_limit") or cand.get("no_cuda"):
+            return finish(status="not_auditable", error=f"{stage}: {cand.get('error')}"[:2000])
+        return finish(status="compile_fail" if stage == "compile" else "load_fail",
+                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0), 3))
+    base_probe = cand.get("probes", {}).get("rand0", {})
+    if base_probe.get("interp_limit") or base_probe.get("no_cuda"):
+        return finish(status="not_auditable", error=f"base input: {base_probe.get('error')}"[:2000],
+                      compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                      weights_copied=bool(cand.get("weights_copied")))
+
+    if aot_targets and "triton" in cand_src and (not only_gates or "RES-02" in only_gates):
+        cand["resources"] = list(cand.get("resources") or []) + _aot_pass(
+            cand_src, rres, send, seed, aot_targets, timeout_s, memory_mb, runner, cand, ran)
+        t1 = lap("aot_s", t1)
+
+    aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
+                   for p in cand.get("probes", {}).values() if isinstance(p, dict))
+    rows = []
+    memo: dict = {}
+    for prof in profs:
+        bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
+                          seed=int(seed), device=dev, constants=constants, memo=memo)
+        results = G.grade(bundle, only=only_gates)
+        rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
+                               seconds=round(time.perf_counter() - t0, 3),
+                               status="gated", gates={g: r.to_row() for g, r in results.items()},
+                               compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                               weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
+    lap("grade_s", t1)
+    return rows
+
+
+def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout_s: float, memory_mb: int,
+              runner, cand: dict, ran: list) -> list[dict]:
+    """RES-02 ahead of time, in a third sandboxed process (worker.run_aot); failures become cand["aot_error"]."""
+    base = next((m for m in rres["probes"] if m["id"] == "rand0" and m["status"] == "ok"), None)
+    if base is None:
+        return []
+    keys = {s["key"] for s in base["inputs"] if s["t"] == "tensor"} | {k for k in send if k.startswith("init/")}
+    res = (runner or _sandbox())("lethe.verifier.worker:run_aot",
+                                 payload={"cand_src": cand_src, "seed": int(seed), "init": rres["init"],
+                                          "inputs": base["inputs"], "targets": list(targets), "timeout_s": timeout_s},
+                                 arrays={k: send[k] for k in keys}, timeout_s=timeout_s, memory_mb=memory_mb,
+                                 device="cpu", env={"TRITON_INTERPRET": None})
+    ran.append(("aot", res))
+    if res.status != "ok":
+        cand["aot_error"] = f"{res.status}: {res.detail}"[:400]
+        return []
+    return list((res.result or {}).get("resources") or [])
+
+
+def isolation_fields(ran: list[tuple[str, Any]]) -> dict:
+    """The row's ``isolation`` and ``tamper_proof`` from the sandboxed processes it depends on: tamper-proof only
+    when every one of them (reference, candidate, AOT compile) reported full operating-system isolation.
+
+    One description when they all agree; otherwise each role's own, so a row never claims more than its weakest
+    process had. A runner that is not the sandbox (tests' in-process runner) reports nothing: "none"."""
+    if not ran:
+        return {"isolation": "not run: no sandboxed process", "tamper_proof": False}
+    desc = [(role, getattr(res, "isolation", "") or "none: the runner reported no isolation") for role, res in ran]
+    proof = all(bool(getattr(res, "tamper_proof", False)) for _, res in ran)
+    kinds = {d for _, d in desc}
+    text = desc[0][1] if len(kinds) == 1 else "; ".join(f"{role}: {d}" for role, d in desc)
+    return {"isolation": text[:1000], "tamper_proof": proof}
+
+
+def verdict(row: dict) -> str:
+    """"pass" when the row was gated, CMP-01 passed and no gate failed or errored; "fail" when gated otherwise;
+    the row status (compile_fail, not_auditable, ...) when it never reached grading."""
+    if row["status"] != "gated":
+        return row["status"]
+    st = {g: v["status"] for g, v in row["gates"].items()}
+    if any(s in ("fail", "error") for s in st.values()):
+        return "fail"
+    return "pass" if st.get("CMP-01") == "pass" else "fail"
+
+
+def failed_gates(row: dict) -> list[str]:
+    return [g for g, v in row["gates"].items() if v["status"] in ("fail", "error")]
+
+
+def verify_files(ref_path: str | Path, cand_path: str | Path, **kw) -> dict:
+    ref_path, cand_path = Path(ref_path), Path(cand_path)
+    kw.setdefault("sources", {"ref_path": str(ref_path), "cand_path": str(cand_path)})
+    return verify(ref_path.read_text(), cand_path.read_text(), **kw)
+
+
+def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str | None = None,
+           runner=None) -> dict:
+    """Re-run one gate of a recorded row from its recorded seed/profile/device; say whether it reproduces
+    (same status and same evidence)."""
+    src = json.loads(row.get("sources") or "{}")
+    rp = ref_path or src.get("ref_path")
+    cp = cand_path or src.get("cand_path")
+    if not rp or not cp:
+        raise ValueError("row records no source paths; pass ref_path and cand_path")
+    new = verify_files(rp, cp, profile=row["profile"], device=row["device"], seed=int(row["seed"]),
+                       kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner)
+    old_g, new_g = row["gates"][gate], new["gates"][gate]
+    same_src = (_sha(Path(rp).read_text()) == src.get("ref_sha256")
+                and _sha(Path(cp).read_text()) == src.get("cand_sha256"))
+    return {"id": row["id"], "gate": gate, "recorded": old_g, "replayed": new_g,
+            "row_status": new["status"], "sources_match": same_src,
+            "reproduces": old_g["status"] == new_g["status"] and old_g["evidence"] == new_g["evidence"]}

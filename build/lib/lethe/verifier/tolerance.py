@@ -1,0 +1,259 @@
+"""Every numeric tolerance the verifier uses, in one place, each with its derivation.
+
+Notation: ``eps(d)`` is the machine epsilon of dtype ``d`` (the gap between 1 and the next representable number:
+2^-52 fp64, 2^-23 fp32, 2^-10 fp16, 2^-7 bf16); ``tiny(d)`` its smallest normal; ``denorm(d)`` its smallest
+positive subnormal; ``N`` the reduction length of a probe (see :func:`reduction_length`); ``S`` the scale of an
+output, the root mean square of the finite float64 reference values (see :func:`output_scale`).
+
+Why these forms. A correct kernel differs from the float64 reference for three reasons, and each term of the
+value tolerance covers one of them:
+
+* the final rounding of each result to the output dtype, the few roundings of elementwise math after the last
+  reduction (transcendentals are within 1-2 ulp in torch/Triton/libdevice) and intermediate storage in the data
+  dtype: ``REL_K * eps * (|r_i| + S)``;
+* rounding inside a reduction of length N performed in *some* order: the classical bound for recursive summation
+  is ``(N-1) * u * sum|terms|``; a random-walk model of the rounding errors of pairwise or blocked summation gives
+  ``~ sqrt(N) * u * sum|terms|``; ``sum|terms|`` is not observable for an arbitrary operator, so the output scale
+  ``|r_i| + S`` stands in for it (for a sum of same-sign terms ``|r_i|`` is exactly ``sum|terms|``; with
+  cancellation it is smaller and the bound tighter, which ORD-03 exploits deliberately). Because the contract
+  requires an fp32 accumulator (PRC-02), this term uses fp32's eps even for half-precision data:
+  ``ORD_K * eps_acc * sqrt(N) * (|r_i| + S)``;
+* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of
+  ``denorm(d)``, so a reduction of length N can be off by ``N * denorm(d)`` even when it is otherwise exact:
+  ``SUB_K * N * denorm(d)``. This term is ~1e-41 for fp32 at N=4096, far below any normal value, so it never
+  hides a real error but keeps a correct kernel from failing on subnormal data.
+
+The constants are the calibration engineer's knobs (``lethe.calibration`` sweeps them); every gate reads them
+from here and records the values it used in its evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+# Exact powers of two, written out so no platform float library is involved.
+EPS = {"float64": 2.0**-52, "float32": 2.0**-23, "float16": 2.0**-10, "bfloat16": 2.0**-7}
+TINY = {"float64": 2.0**-1022, "float32": 2.0**-126, "float16": 2.0**-14, "bfloat16": 2.0**-126}
+DENORM = {"float64": 2.0**-1074, "float32": 2.0**-149, "float16": 2.0**-24, "bfloat16": 2.0**-133}
+FMAX = {"float64": 1.7976931348623157e308, "float32": 3.4028234663852886e38, "float16": 65504.0,
+        "bfloat16": 3.3895313892515355e38}
+
+# "Large magnitude near the top of the dtype's safe range": values x whose products and N-term sums of squares
+# stay finite (x^2 * N < FMAX for N up to ~1e6 in fp32/bf16; fp16 tops out at 65504, so 64^2 * 16 fits).
+LARGE = {"float32": 1.0e6, "float16": 64.0, "bfloat16": 1.0e6, "float64": 1.0e6}
+SMALL = 1.0e-6
+
+
+@dataclass(frozen=True)
+class Constants:
+    """The tolerance knobs; defaults are the derivation's values, a calibration sweep may pass others."""
+
+    REL_K: float = 8.0   # ulps allowed for final rounding + a short chain of elementwise ops after a reduction
+    ORD_K: float = 4.0   # the issue's ORD-01 bound: 4 * eps * sqrt(N) * scale
+    SUB_K: float = 4.0   # gradual-underflow slack, in units of N * denorm(dtype)
+    ORD03_K: float = 2.0  # cancellation probe: allow ORD03_K * eps * sqrt(N) * sum|terms| (see ord03_bound)
+    # offset probe: allow K_COND * sqrt(N) * the measured sensitivity to eps-relative input perturbations
+    # (see ord03_offset_bound): ORD_K's random-walk allowance, applied to the condition of the operator
+    K_COND: float = 4.0
+    GRAD_REL_K: float = 32.0  # backward = two reductions deep (dL/dx = J^T g): a few more roundings than forward
+    FD_RTOL: float = 1e-5  # float64 central differences agree with autograd to ~sqrt(eps64) * curvature
+    SUBNORMAL_REL: float = 2.0**-10  # EXC-02: subnormals carry fewer bits; compare within 1/1024 of |r| + slack
+
+
+DEFAULT = Constants()
+
+# value_tol computes tolerance arrays of at least this many elements with torch (same operations, same order);
+# the size gates.TORCH_COMPARE_MIN_NUMEL uses for comparisons.
+TORCH_MIN_NUMEL = 1 << 18
+
+
+def dtype_name(dtype) -> str:
+    """Canonical name ("float32", ...) of a numpy/torch dtype or a string like "fp16"."""
+    s = str(dtype).replace("torch.", "")
+    return {"fp64": "float64", "fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "half": "float16",
+            "float": "float32", "double": "float64"}.get(s, s)
+
+
+def eps(dtype) -> float:
+    return EPS[dtype_name(dtype)]
+
+
+def reduction_length(input_shapes: list[tuple[int, ...]], output_shapes: list[tuple[int, ...]]) -> int:
+    """An upper estimate of the longest reduction a probe can contain.
+
+    The operator is a black box, so N is bounded from the shapes: the longest axis of any input (a single-axis
+    reduction cannot be longer) or the ratio of the largest input to the smallest output (a reduction over
+    several axes folds at least that many inputs into one output). Over-estimating N loosens the bound by
+    sqrt(N_est / N_true) only.
+    """
+    longest = max((max(s) for s in input_shapes if len(s)), default=1)
+    numel_in = max((int(np.prod(s)) for s in input_shapes), default=1)
+    numel_out = min((max(int(np.prod(s)), 1) for s in output_shapes), default=1)
+    return int(max(1, longest, math.ceil(numel_in / numel_out)))
+
+
+def output_scale(ref: np.ndarray) -> float:
+    """S: root mean square of the finite values of a float64 reference output (0.0 when none is finite).
+
+    RMS rather than max: one large element (a softmax's peak, an outlier row) must not license errors on all
+    the small ones.
+    """
+    a = np.asarray(ref, dtype=np.float64)
+    if a.size:
+        # Common case without the masked copy: a finite mean of squares means every element is finite, and
+        # then a[isfinite(a)] is a.ravel(), the same values in the same order (so the same pairwise sum). The
+        # squares are computed by torch on large arrays (one exact multiply per element either way).
+        flat = a.reshape(-1)
+        with np.errstate(over="ignore", invalid="ignore"):  # any overflow is reported by the path below
+            if flat.size >= TORCH_MIN_NUMEL:
+                tf = _torch(flat)
+                sq = tf.mul(tf).numpy()
+            else:
+                sq = flat * flat
+            m = np.mean(sq)
+        if math.isfinite(m):
+            return float(np.sqrt(m))
+    a = a[np.isfinite(a)]
+    return float(np.sqrt(np.mean(a * a))) if a.size else 0.0
+
+
+def _torch(a: np.ndarray):
+    """A torch view of a float64 numpy array (a contiguous copy only where it is not one already)."""
+    import torch
+
+    shape = np.shape(a)
+    a = np.ascontiguousarray(a, dtype=np.float64).reshape(shape)  # ascontiguousarray makes a 0-d array 1-d
+    return torch.from_numpy(a if a.flags.writeable else a.copy())
+
+
+NUMPY = (np.ndarray, np.generic)  # what _magnitude returns below TORCH_MIN_NUMEL (a 0-d input gives a scalar)
+
+
+def _magnitude(ref: np.ndarray, with_scale: bool):
+    """m_i = |r_i| (0 where r_i is not finite), plus S = output_scale(ref) when ``with_scale``: the factor
+    every per-element bound multiplies. A torch tensor for arrays of at least TORCH_MIN_NUMEL elements (the same
+    elementwise float64 operations, on the host's cores, with fewer temporaries), a numpy array otherwise."""
+    ref = np.asarray(ref, dtype=np.float64)
+    scale = output_scale(ref) if with_scale else None
+    if ref.size >= TORCH_MIN_NUMEL:
+        import torch
+
+        t = _torch(ref).abs()
+        # A finite max (NaN propagates through it) means there is nothing to mask: one read pass instead of
+        # building the mask and a masked copy.
+        if not (t.numel() and math.isfinite(float(t.max()))):
+            t = torch.where(torch.isfinite(t), t, torch.zeros((), dtype=torch.float64))
+        return t.add_(scale) if with_scale else t
+    r = np.abs(ref)
+    r = np.where(np.isfinite(r), r, 0.0)
+    return r + scale if with_scale else r
+
+
+def acc_eps(dtype) -> float:
+    """eps of the accumulator the contract requires: fp32 for fp16/bf16/fp32 data (PRC-02), fp64 for fp64."""
+    return EPS["float64"] if dtype_name(dtype) == "float64" else EPS["float32"]
+
+
+def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: float | None = None) -> np.ndarray:
+    """Per-element tolerance (module docstring), with m_i = |r_i| + S:
+
+        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * N * denorm(dtype)
+
+    The reduction term uses the accumulator's eps (fp32 even for half-precision data, which is what PRC-02
+    requires), so a half-precision kernel is not granted sqrt(N) half-precision ulps per element.
+    """
+    d = dtype_name(dtype)
+    k = c.REL_K if rel_k is None else rel_k
+    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), c.SUB_K * n * DENORM[d]
+    m = _magnitude(ref, with_scale=True)
+    if isinstance(m, NUMPY):
+        return a * m + b * m + z
+    # (a*m + b*m) + z as above, element by element in the same order, in place: one new array instead of four
+    out = m.mul(a)
+    return out.add_(m.mul_(b)).add_(z).numpy()
+
+
+def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-01: a reduction of length N reordered arbitrarily stays within 4*eps*sqrt(N)*scale (+ final rounding).
+
+    ``ref`` is the reference output array, or a scalar scale. scale_i = |r_i| + S stands for sum|terms| of
+    output i: ORD-01 probes use same-sign inputs, where a sum's
+    output magnitude equals sum|terms|; S keeps outputs that cross zero (signed weights) from getting a zero
+    bound. The random-walk model gives sqrt(N) rather than the worst-case N: an error within the worst case
+    but far outside sqrt(N) means the kernel's rounding errors are correlated (a narrower accumulator),
+    which is what the gate exists to catch.
+    """
+    d = dtype_name(dtype)
+    k, z = (c.ORD_K * math.sqrt(n) + c.REL_K) * EPS[d], c.SUB_K * n * DENORM[d]
+    if np.ndim(ref) == 0:
+        scale = abs(float(ref))  # a scalar is taken as the scale itself (sum|terms|), not as an output
+        return k * scale + z
+    scale = _magnitude(ref, with_scale=True)
+    if isinstance(scale, NUMPY):
+        return k * scale + z
+    return scale.mul_(k).add_(z).numpy()  # the same two operations, in place on a large array
+
+
+def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-03: on a cancellation input the error may be ORD03_K*eps*sqrt(N)*sum|terms| (+ final rounding).
+
+    The probe row is +B, N-2 small terms s in [0.5, 1.5), -B with B = 4/eps, so ulp(B)/2 = 2 > s. One running
+    total (recursive summation, the naive per-element loop) sits at B while the small terms arrive and rounds
+    every one of them away: its error is sum(s) ~ N. The bound is 2*eps*sqrt(N)*(2B) = 16*sqrt(N) in every
+    dtype, so a running total fails once N > 256 (4x at the 4099-long probe). Blocked, pairwise and tree orders
+    (tl.sum, torch's cascade sum, a GPU MMA's k-steps feeding the accumulator) round only partial sums that
+    are much larger than s and stay far inside it. sum|terms| is measured by running the reference on |x|.
+    """
+    e = EPS[dtype_name(dtype)]
+    k, z = c.REL_K * e, c.SUB_K * n * DENORM[dtype_name(dtype)]
+    s = c.ORD03_K * e * math.sqrt(max(n, 1)) * terms_scale
+    r = _magnitude(ref, with_scale=False)
+    if isinstance(r, NUMPY):
+        return k * r + s + z
+    return r.mul_(k).add_(s).add_(z).numpy()  # ((k*r) + s) + z, in place on a large array
+
+
+
+def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-03 on the offset probe: the error may be K_COND*sqrt(N)*S_i (+ final rounding and underflow slack),
+    where S_i is the reference's own measured sensitivity to relative input perturbations of size eps.
+
+    The probe rows are x = M + u (M = probes.OFFSET = 2^12, u uniform in [-1, 1)), and it is only run for
+    operators that are invariant to that shift (layer/batch/group norm, softmax, log-softmax, variance...):
+    mathematically M does not matter, numerically it sets the condition of the problem. Every element of the fp32
+    input already carries a relative uncertainty eps, i.e. an absolute one of eps*M ~ 5e-4 against a spread of
+    ~0.6, so even the exact answer to the rounded problem moves by S_i ~ eps*M/std per element when the input
+    moves by one ulp. S_i = max over a few draws d in {-1, +1}^shape of |f(x(1 + eps d)) - f(x)|_i, measured in
+    float64 by the reference process, before any candidate exists.
+
+    Why K_COND*sqrt(N)*S_i. A backward-stable algorithm (two-pass or Welford variance, max-subtracted softmax)
+    computes the exact answer for an input perturbed by a few eps per reduction step; in the random-walk model
+    used throughout this module those perturbations add up to ~eps*sqrt(N) relative per element, whose effect on
+    the output is sqrt(N)*S_i (S_i being the effect of one eps). K_COND = ORD_K = 4 leaves the worst honest
+    order measured (one serial fp32 Welford loop per row, whose running mean's rounding error walks like
+    sqrt(N)) at err/tol <= 0.13 for N = 256..4096, a serial two-pass at <= 0.07 and torch's layer norm at
+    <= 0.02 (tests/verifier/test_ord03_offset.py). The one-pass variance E[x^2] - E[x]^2 is not backward
+    stable: E[x^2] ~ M^2 = 2^24 is rounded to a multiple of ulp(2^24) = 2 while the variance is 1/3, so its
+    error is ~(M/std)^2 * eps relative and err/tol is 1.5e3..6.6e3 at N = 256..4096. The bound
+    scales with the operator's own condition, so it needs no per-operator constant: softmax, whose outputs move
+    by eps*M*y_i, gets a bound as loose as its problem is ill-conditioned, and a layer norm gets one about
+    K_COND*sqrt(N)*eps*M/std relative.
+
+    The final-rounding term uses m_i = |r_i| + S as in :func:`value_tol` (outputs near zero keep a non-zero
+    floor); a non-finite sensitivity is treated as 0 (the invariance check in the reference already rejects
+    operators that overflow on the probe).
+    """
+    d = dtype_name(dtype)
+    r = np.abs(np.asarray(ref, dtype=np.float64))
+    r = np.where(np.isfinite(r), r, 0.0)
+    s = np.abs(np.asarray(sens, dtype=np.float64))
+    s = np.where(np.isfinite(s), s, 0.0)
+    m = r + output_scale(ref)
+    return c.REL_K * EPS[d] * m + c.K_COND * math.sqrt(max(n, 1)) * s + c.SUB_K * n * DENORM[d]
+
+
+def as_dict(c: Constants = DEFAULT) -> dict:
+    return asdict(c)
