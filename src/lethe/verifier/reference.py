@@ -362,9 +362,12 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
                 f"reference returns {dt} (output {k}) when run in float64: it computes below float64, so its "
                 f"outputs cannot grade a candidate (cast it to the input dtype, not to a fixed one)")
     pid = probe.id
-    budget.enter(f"building inputs for probe {pid} (determinism re-run)")
+    budget.enter(f"re-reading the inputs of probe {pid} (determinism check)")
     try:
-        inputs = P.make_inputs(ns, probe, seed)
+        # The very inputs of the first run (as shipped to the candidate), not a second get_inputs() call: the
+        # question is whether the forward is a function of its inputs.
+        inputs = [torch.from_numpy(arrays[s["key"]].copy()) if s["t"] == "tensor" else s["v"]
+                  for s in meta["inputs"]]
         model64.load_state_dict(states[probe.dtype])
         ref = Float64Reference(model64)
         x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
