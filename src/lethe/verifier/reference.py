@@ -25,12 +25,10 @@ import copy
 import importlib.util
 import math
 import random
-import re
 import signal
 import sys
 import tempfile
 import threading
-import time
 import tokenize
 import traceback
 import types

@@ -17,7 +17,6 @@ import statistics
 
 from lethe.verifier import fixtures as F
 
-
 # C0 controls, DEL, C1 controls (0x80-0x9f: CSI 0x9b starts an escape sequence on some terminals), and the
 # Unicode line separators and bidirectional overrides that can make text display as something else.
 _CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
