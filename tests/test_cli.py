@@ -239,3 +239,18 @@ def test_ref_limits_reach_verify(files, monkeypatch, capsys):
     assert (seen["ref_timeout_s"], seen["ref_memory_mb"]) == (12.5, 3000)
     cli.main(["verify", ref, cand])
     assert (seen["ref_timeout_s"], seen["ref_memory_mb"]) == (api.REF_TIMEOUT_S, api.REF_MEMORY_MB)
+
+
+def test_undecodable_source_is_one_line_exit_2(files, tmp_path, capsys):
+    """Bytes that are not UTF-8 and carry no coding line are refused as Python would refuse them."""
+    bad = tmp_path / "bad.py"
+    bad.write_bytes(b"x = '\xe9'\n")
+    assert cli.main(["verify", files("ref.py", K.SCALE_REF), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "cannot read candidate file" in err and "Traceback" not in err, err
+
+
+def test_replay_missing_rows_file_is_one_line_exit_2(tmp_path, capsys):
+    assert cli.main(["replay", str(tmp_path / "none.parquet"), "x", "CMP-01"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "not found" in err, err
