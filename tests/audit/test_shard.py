@@ -196,3 +196,91 @@ def test_rows_graded_by_other_verifier_code_are_redone():
     assert S.still_valid(same, S.item_sources(item), seed=0, device="cpu")
     assert not S.still_valid(other, S.item_sources(item), seed=0, device="cpu")
     assert S.still_valid(base, S.item_sources(item), seed=0, device="cpu")  # no digest recorded: sources decide
+
+
+# ------------------------------------------------------------------ issue 23: bad checkpoints, killer kernels
+
+
+def _row(i, **kw):
+    return json.dumps({"id": str(i), "profile": "strict", "status": "gated", "seed": 1, **kw}) + "\n"
+
+
+def test_checkpoint_reader_survives_any_bad_line(tmp_path):
+    """Garbage, `{}`, a NUL-filled line, a list, rows missing a key or carrying a wrong type: each is skipped
+    with a warning and the valid rows after it are kept (on disk too); only a torn last line is cut off."""
+    ck = tmp_path / "ck.jsonl"
+    body = (_row(0) + "{}\n" + "\0" * 64 + "\n" + '{"id": "x", "profile": "str\n' + _row(1) + "[1, 2]\n"
+            + _row(2, seed="abc") + json.dumps({"profile": "strict", "status": "gated"}) + "\n"
+            + _row(5, gates=[1]) + _row(6, seconds="soon") + "\0" * 16 + _row(3) + "\xff\xfe garbage\n"
+            + _row(4))
+    ck.write_bytes(body.encode("utf-8", errors="surrogateescape") + b'{"id": "7", "pro')
+    skipped = []
+    with pytest.warns(RuntimeWarning, match="skipped 9 checkpoint line"):
+        rows = S.read_checkpoint(ck, skipped=skipped)
+    assert [r["id"] for r in rows] == ["0", "1", "3", "4"]
+    assert len(skipped) == 9
+    assert ck.read_bytes() == body.encode("utf-8", errors="surrogateescape")  # only the torn tail went
+
+
+def test_resume_over_bad_lines_keeps_valid_rows(tmp_path):
+    ck = tmp_path / "ck.jsonl"
+    its = items(4)
+    kw = dict(verify_fn=fake_verify, profiles=["strict"], device="cpu", seed=1, timeout_s=5, corpus="t",
+              progress=False)
+    S.run_shard(its[:2], ck, **kw)
+    with open(ck, "ab") as fh:
+        fh.write(b"{}\n" + b"\0" * 40 + b"\nnot json\n")
+    calls = []
+
+    def counting(**k):
+        calls.append(k["kernel_id"])
+        return fake_verify(**k)
+
+    with pytest.warns(RuntimeWarning):
+        rows = S.run_shard(its, ck, **dict(kw, verify_fn=counting))
+    assert calls == ["2", "3"] and [r["id"] for r in rows] == ["0", "1", "2", "3"]
+
+
+def test_kernel_that_kills_its_shard_costs_its_own_row(tmp_path):
+    """A verify call that SIGKILLs the shard process on one kernel: the shard is restarted until it
+    finishes. After max_attempts deaths on that kernel it gets a crash row saying so; every other kernel
+    gets its normal row, verified once, and no row appears twice."""
+    corpus = corpus_file(tmp_path / "c.parquet", 6)
+    ck, out, log = tmp_path / "ck.jsonl", tmp_path / "out.parquet", tmp_path / "calls.log"
+    killer = "103"
+    env = dict(os.environ, LETHE_FAKE_VERIFY_LOG=str(log), LETHE_KILLER_ID=killer, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "-m", "lethe.audit.shard", "--corpus", "fixture", "--corpus-file", str(corpus),
+           "--shard", "0", "--shards", "1", "--checkpoint", str(ck), "--out", str(out),
+           "--verifier", "killer_verify:verify", "--no-progress", "--max-attempts", "2"]
+    codes = []
+    for _ in range(5):
+        codes.append(subprocess.run(cmd, env=env, timeout=300).returncode)
+        if codes[-1] == 0:
+            break
+    assert codes == [-signal.SIGKILL, -signal.SIGKILL, 0], codes
+    rows = S.read_parquet(out)
+    assert sorted(int(r["id"]) for r in rows) == list(range(100, 106))
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[killer]["status"] == "crash"
+    assert "the shard process died while verifying this item on 2 attempts" in by_id[killer]["error"]
+    assert all(r["status"] == "gated" for i, r in by_id.items() if i != killer)
+    ck_ids = [r["id"] for r in S.read_checkpoint(ck)]
+    assert sorted(ck_ids) == sorted(by_id) and len(ck_ids) == len(set(ck_ids))
+    calls = [line.split("\t")[0] for line in log.read_text().splitlines()]
+    assert all(calls.count(i) == 1 for i in by_id if i != killer)
+    # A new run of the finished shard verifies nothing and keeps the crash row.
+    assert subprocess.run(cmd, env=env, timeout=300).returncode == 0
+    assert [line.split("\t")[0] for line in log.read_text().splitlines()] == calls
+
+
+def test_attempts_are_counted_per_kernel_version(tmp_path):
+    """An attempt marker counts against the same kernel, profile and seed only: a fixed candidate (or a new
+    seed) is tried afresh."""
+    it = items(1)[0]
+    k = S.attempt_key(it, "strict", seed=1, code="c")
+    assert k == S.attempt_key(dict(it), "strict", seed=1, code="c")
+    others = {S.attempt_key(dict(it, candidate="fixed"), "strict", seed=1, code="c"),
+              S.attempt_key(it, "fast-math", seed=1, code="c"), S.attempt_key(it, "strict", seed=2, code="c"),
+              S.attempt_key(it, "strict", seed=1, code="d")}
+    assert k not in others and len(others) == 4

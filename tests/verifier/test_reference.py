@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -84,3 +85,120 @@ def test_reference_outputs_inputs_and_weights(tmp_path):
     assert arrays["p/prc_fp16/in0"].dtype.name == "float16"
     grad = next(m for m in res["probes"] if m["id"] == "grad")
     assert grad["fd"]["ok"] and "p/grad/gpar/fc.weight" in arrays
+
+
+# --------------------------------------------------------------------------- reference faults (issue 23)
+
+RAND_IN_FORWARD_REF = K.HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        return x + 1e-3 * torch.rand_like(x)
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+STATEFUL_REF = K.HEADER + '''
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+FLOAT32_OUTPUT_REF = K.HEADER + '''
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x.float(), dim=1)
+
+
+def get_inputs():
+    return [torch.randn(4, 16)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.mark.parametrize("src, needle", [(RAND_IN_FORWARD_REF, "nondeterministic"),
+                                         (STATEFUL_REF, "nondeterministic"),
+                                         (FLOAT32_OUTPUT_REF, "returns float32")])
+def test_faulty_reference_is_ref_broken_not_charged_to_its_copy(verify_local, src, needle):
+    """The reference's own copy as the candidate: whatever the gates would say, the fault is the
+    reference's, so the row is ref_broken with an error naming the fault, never a failed gate."""
+    row = verify_local(src, K.as_candidate(src), only_gates=["CMP-01", "PRC-01"])
+    assert row["status"] == "ref_broken", (row["status"], row["error"])
+    assert needle in row["error"], row["error"]
+
+
+def test_reference_fault_kinds(tmp_path):
+    res, arrays = run_reference({"ref_src": RAND_IN_FORWARD_REF, "seed": 0}, {}, tmp_path)
+    assert (res["ok"], res["fault"]) == (False, "nondeterministic") and "probe rand0" in res["error"]
+    res, arrays = run_reference({"ref_src": FLOAT32_OUTPUT_REF, "seed": 0}, {}, tmp_path)
+    assert (res["ok"], res["fault"]) == (False, "reduced_precision_output")
+
+
+def _suite_references():
+    root = Path(__file__).resolve().parents[2] / "data"
+    return sorted(p for suite in ("positive_control", "red_team") for p in (root / suite).glob("*/ref.py"))
+
+
+@pytest.mark.parametrize("path", _suite_references(), ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_suite_references_are_not_flagged(path, tmp_path):
+    """The positive controls' and red team's references are deterministic float64 operators: the fault
+    checks must leave every one of them gradeable (only the base probe and RES-01's run, to stay cheap)."""
+    res, _ = run_reference({"ref_src": path.read_text(), "seed": 0, "only_gates": ["RES-01"]}, {}, tmp_path)
+    assert res["ok"], res.get("error")
+
+
+@pytest.mark.parametrize("name", K.CONFORMING_REFS + sorted(K.EDGE_REFS))
+def test_fixture_references_are_not_flagged(name, tmp_path):
+    src = getattr(K, name) if name in K.CONFORMING_REFS else K.EDGE_REFS[name]
+    res, _ = run_reference({"ref_src": src, "seed": 0, "only_gates": ["RES-01"]}, {}, tmp_path)
+    assert res["ok"], res.get("error")
+
+
+# --------------------------------------------------------------------------- source decoding (issue 23)
+
+LATIN1_SRC = "# -*- coding: latin-1 -*-\n" + K.SCALE_REF + "\nLABEL = 'caf\xe9 \xb5s'\n"
+
+
+def test_read_source_decodes_bom_and_coding_line(tmp_path):
+    """Files are decoded the way the interpreter decodes them: a UTF-8 byte-order mark is dropped, and a
+    PEP 263 coding line picks the codec."""
+    from lethe.verifier.reference import read_source
+
+    bom = tmp_path / "bom.py"
+    bom.write_bytes(b"\xef\xbb\xbf" + K.SCALE_REF.encode())
+    assert read_source(bom) == K.SCALE_REF
+    lat = tmp_path / "lat.py"
+    lat.write_bytes(LATIN1_SRC.encode("latin-1"))
+    assert read_source(lat) == LATIN1_SRC
+
+
+def test_load_source_executes_and_files_latin1_and_bom_sources(tmp_path):
+    from lethe.verifier.reference import read_source
+
+    ns = load_source("\ufeff" + K.SCALE_REF, "t_ref_bom", tmp_path)
+    assert "Model" in ns
+    ns = load_source(LATIN1_SRC, "t_ref_latin1", tmp_path)
+    assert ns["LABEL"] == "caf\xe9 \xb5s"
+    # What inspect/linecache read back from the file (Triton's @jit does) is the executed text.
+    assert read_source(tmp_path / "t_ref_latin1.py") == LATIN1_SRC
