@@ -40,11 +40,20 @@ RENDER_TARGETS.extend(
 )
 
 
-# Every intermediate the ledger spec names that exists at parse time; absent ones render as
-# not-reproducible-here, so the ledger rule's DAG is valid at every stage of the project.
+# Every intermediate the ledger spec names (an evidence entry's path, and any file a key reads with
+# `other/file.json#key`) that exists at parse time; absent ones render as "not reproducible here" with the
+# file named, so the ledger rule's DAG is valid at every stage of the project.
+def _claim_files(entry):
+    files = {entry["path"]} if "path" in entry else set()
+    for key in (entry.get("keys") or {}).values():
+        if "#" in str(key):
+            files.add(str(key).split("#", 1)[0])
+    return files
+
+
 with open(os.path.join(workflow.basedir, "paper/claims_spec.yaml"), encoding="utf-8") as _fh:
     CLAIM_SOURCES = sorted(
-        {src["path"] for claim in yaml.safe_load(_fh)["claims"] for src in claim["sources"]}
+        {f for claim in yaml.safe_load(_fh)["claims"] for ev in claim["evidence"] for f in _claim_files(ev)}
     )
 CLAIM_INPUTS = [p for p in CLAIM_SOURCES if os.path.exists(p)]
 
