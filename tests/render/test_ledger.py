@@ -19,6 +19,7 @@ from lethe.render.ledger import (
     format_value,
     ledger_csv,
     load_spec,
+    spec_files,
     status_family,
     summary,
     unexplained_disagreements,
@@ -255,6 +256,8 @@ def test_keys_from_another_file(tmp_path):
     row = build_ledger(spec, tmp_path)[0]
     assert row["value"] == "39%" and row["source"] == "data/published/a.json#m / n [m=m; n=data/published/b.json#n]"
     assert _recompute(row["source"], tmp_path) == 1030 / 2638
+    # the workflow's ledger rule depends on both files
+    assert spec_files(spec) == ["data/published/a.json", "data/published/b.json"]
 
 
 def test_status_must_match_where_the_value_lives(tmp_path):

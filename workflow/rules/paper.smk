@@ -2,8 +2,6 @@
 # renders, the claims ledger (paper/claims.csv) and the results book (paper/book.md). All CPU, seconds.
 # This file is included last (see config "stages"), so RENDER_TARGETS already holds every other stage's outputs.
 
-import yaml
-
 PUBLISHED = "data/published"
 PAPER_FIGURES = {
     # stem: released files it is drawn from (lethe.render.figures.FIGURES keeps the same list)
@@ -40,21 +38,11 @@ RENDER_TARGETS.extend(
 )
 
 
-# Every intermediate the ledger spec names (an evidence entry's path, and any file a key reads with
-# `other/file.json#key`) that exists at parse time; absent ones render as "not reproducible here" with the
-# file named, so the ledger rule's DAG is valid at every stage of the project.
-def _claim_files(entry):
-    files = {entry["path"]} if "path" in entry else set()
-    for key in (entry.get("keys") or {}).values():
-        if "#" in str(key):
-            files.add(str(key).split("#", 1)[0])
-    return files
+# Every intermediate the ledger spec names that exists at parse time; absent ones render as "not reproducible
+# here" with the file named, so the ledger rule's DAG is valid at every stage of the project.
+from lethe.render.ledger import spec_files
 
-
-with open(os.path.join(workflow.basedir, "paper/claims_spec.yaml"), encoding="utf-8") as _fh:
-    CLAIM_SOURCES = sorted(
-        {f for claim in yaml.safe_load(_fh)["claims"] for ev in claim["evidence"] for f in _claim_files(ev)}
-    )
+CLAIM_SOURCES = spec_files(os.path.join(workflow.basedir, "paper/claims_spec.yaml"))
 CLAIM_INPUTS = [p for p in CLAIM_SOURCES if os.path.exists(p)]
 
 

@@ -297,6 +297,11 @@ def load_spec(path: str | os.PathLike[str]) -> list[Claim]:
     return claims
 
 
+def spec_files(path: str | os.PathLike[str]) -> list[str]:
+    """Every file the spec reads (evidence paths and ``other/file.json#key`` keys), sorted: the ledger's inputs."""
+    return sorted({p for claim in load_spec(path) for ev in claim.evidence for p in ev.paths})
+
+
 # --------------------------------------------------------------------------------------------------- evaluating
 class _DocCache:
     def __init__(self, root: Path):
