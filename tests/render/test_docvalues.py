@@ -66,6 +66,12 @@ def test_unreadable_sources_fail_loudly(root, doc):
         render(find(doc, "doc.md")[0], root)
 
 
+def test_examples_in_code_are_not_figures():
+    doc = "```markdown\n<!--= SOURCE | FORMAT -->x<!--/=-->\n```\nand `<!--=@y-->1<!--/=-->` inline\n"
+    assert find(doc) == []
+    assert len(find(doc + "<!--= results/a.json#n | {} -->1<!--/=-->")) == 1
+
+
 def test_undefined_or_repeated_names_fail():
     with pytest.raises(DocValueError):
         find("<!--=@x-->1<!--/=-->")

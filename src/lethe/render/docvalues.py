@@ -31,6 +31,16 @@ from lethe.render.keypath import evaluate, load_document, resolve
 
 MARK = re.compile(r"<!--=(?!def\s)(?P<spec>.*?)-->(?P<text>.*?)<!--/=-->", re.DOTALL)
 DEFINE = re.compile(r"<!--=def\s+(?P<name>[\w.-]+):(?P<spec>.*?)-->", re.DOTALL)
+# Markers shown as examples (fenced blocks, inline code) are text, not figures.
+CODE = re.compile(r"^```.*?^```|`[^`\n]+`", re.DOTALL | re.MULTILINE)
+
+
+def _in_code(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in CODE.finditer(text)]
+
+
+def _outside(spans: list[tuple[int, int]], pos: int) -> bool:
+    return not any(a <= pos < b for a, b in spans)
 LEDGER = "paper/claims.csv"
 
 
@@ -60,14 +70,15 @@ def _split(spec: str, where: str) -> tuple[str, str]:
 
 def find(text: str, path: str = "<text>") -> list[Figure]:
     """Every marked figure of a document, in order; ``@name`` markers take the source of ``=def name:``."""
+    code = _in_code(text)
     defs = {}
-    for d in DEFINE.finditer(text):
+    for d in (d for d in DEFINE.finditer(text) if _outside(code, d.start())):
         where = f"{path}:{text.count(chr(10), 0, d.start()) + 1}"
         if d["name"] in defs:
             raise DocValueError(f"{where}: figure {d['name']!r} defined twice")
         defs[d["name"]] = _split(d["spec"], where)
     out = []
-    for m in MARK.finditer(text):
+    for m in (m for m in MARK.finditer(text) if _outside(code, m.start())):
         line = text.count("\n", 0, m.start()) + 1
         spec = m["spec"].strip()
         if spec.startswith("@"):
