@@ -44,7 +44,8 @@ REQUIRED = {
     "gdn.fla_latency_floor", "gdn.cw_fusion_times", "gdn.cw_fusion_speedup", "gdn.dv128_tiling_times",
     "gdn.dv128_tiling_speedup", "gdn.family_members_trained", "gdn.shared_parameterisation",
     "gdn.bug_visible_step", "mamba.forward_vs_cuda", "mamba.backward_vs_cuda", "mamba.selector_geomean",
-    "mamba.no_benefit_optimisations", "mamba.gb200_slowdown", "aot.tmem_columns", "gpu.suite",
+    "mamba.no_benefit_optimisations", "mamba.gb200_slowdown", "aot.tmem_columns", "aot.tmem_num_warps", "gpu.suite",
+    "verifier.ord01_tolerance_factor",
     "training.ptbxl_params", "training.ptbxl_macro_auc", "rl.grpo_exec_rate", "rl.edit_rl_best_speedup",
 }
 RELEASED = ("published", "re-aggregated")
@@ -316,9 +317,12 @@ def test_reproduced_sources_of_other_stages(tmp_path, repo):
     (tmp_path / "results/aot").mkdir(parents=True)
     (tmp_path / "results/positive_control").mkdir(parents=True)
     rows = [  # lethe.aot.mamba904.build_result rows: violations from lethe.aot.limits.check
-        {"target": "sm_90a", "triton": "3.6.0", "violations": []},
-        {"target": "sm_100a", "triton": "3.6.0", "violations": ["tensor memory 544 columns > 512 on sm_100a"]},
-        {"target": "sm_100a", "triton": "3.8.0", "violations": ["tensor memory 576 columns > 512 on sm_100a"]},
+        {"target": "sm_90a", "triton": "3.6.0", "num_warps": 4, "violations": []},
+        {"target": "sm_100a", "triton": "3.6.0", "num_warps": 2, "violations": []},
+        {"target": "sm_100a", "triton": "3.6.0", "num_warps": 4,
+         "violations": ["tensor memory 544 columns > 512 on sm_100a"]},
+        {"target": "sm_100a", "triton": "3.8.0", "num_warps": 2,
+         "violations": ["tensor memory 576 columns > 512 on sm_100a"]},
     ]
     (tmp_path / "results/aot/mamba904.json").write_text(json.dumps({"rows": rows}))
     (tmp_path / "results/positive_control/summary.json").write_text(json.dumps({"n_kernels": 7, "n_pass": 6}))
@@ -327,6 +331,8 @@ def test_reproduced_sources_of_other_stages(tmp_path, repo):
         ledger.setdefault(r["claim_id"], []).append(r)
     tmem = ledger["aot.tmem_columns"][0]
     assert tmem["status"] == "reproduced" and tmem["value"] == "544 / 512" and tmem["agrees"] == "yes"
+    warps = ledger["aot.tmem_num_warps"][0]  # only Triton < 3.8 is the claim's toolchain
+    assert (warps["status"], warps["value"], warps["agrees"]) == ("reproduced", "yes", "yes")
     ours = [r for r in ledger["verifier.positive_control"] if r["value"] != NOT_AVAILABLE]
     assert [(r["status"], r["value"], r["agrees"]) for r in ours] == [
         ("replicated on positive_control (CPU)", "6/7", "not compared")]
