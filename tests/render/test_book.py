@@ -7,8 +7,14 @@ import yaml
 from lethe.render import figures, published_tables
 from lethe.render.book import book_sections, render_book
 
-LEDGER = [{"claim_id": "x.y", "sentence": "s", "paper_value": "1", "source": "results/a.json#k",
-           "rendered_value": "1", "status": "reproduced", "note": "-"}]
+LEDGER = [
+    {"claim_id": "x.y", "sentence": "s", "paper_value": "1", "status": "reproduced", "value": "1", "agrees": "yes",
+     "source": "results/a.json#k", "note": "-"},
+    {"claim_id": "x.y", "sentence": "s", "paper_value": "1", "status": "published", "value": "2", "agrees": "no",
+     "source": "data/published/a.json#k", "note": "rendered 2 vs paper 1"},
+    {"claim_id": "x.z", "sentence": "t", "paper_value": "5", "status": "not reproducible here", "value": "n/a",
+     "agrees": "-", "source": "source not located", "note": "not in the release"},
+]
 
 
 def _order(tmp_path, items):
@@ -38,7 +44,15 @@ def test_order_embedding_and_extras(tmp_path):
     assert "_Not rendered yet_: `paper/tables/missing.md`" in text
     assert "#### Extra heading" in text  # embedded headings are demoted under the book's own
     assert "## 3. Claims ledger" in text and "| x.y |" in text
-    assert "reproduced 1" in text and "\n\n\n" not in text
+    assert "\n\n\n" not in text
+    # the one-screen summary: lines and claims per status, before the table itself
+    summary_at = text.index("| status | lines | claims | meaning |")
+    assert summary_at < text.index("| claim_id | sentence |")
+    assert "| reproduced | 1 | 1 |" in text and "| published | 1 | 1 |" in text
+    assert "| not reproducible here | 1 | 1 |" in text
+    assert "2 claims, 3" in " ".join(text.split())
+    assert "disagrees with the paper's figure (column `agrees`, the note says why) for: `x.y`" in " ".join(text.split())
+    assert "No value here at all" in text and "`x.z`" in text
 
 
 def test_glob_entries_follow_the_rendered_targets(tmp_path):

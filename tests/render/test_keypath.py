@@ -26,6 +26,7 @@ def test_expressions():
     assert evaluate("[min((F - a) / (N - b) for a, b in zip(f, n))]",
                     {"f": [1, 2], "n": [4, 8], "F": 10, "N": 20}) == [min(9 / 16, 8 / 12)]
     assert evaluate("ints(s)[:2]", {"s": "Required: 544, Hardware limit: 512"}) == [544, 512]
+    assert evaluate("floats(s)", {"s": "a 1.1B model, 0.5 ms and -2"}) == [1.1, 0.5, -2.0]
     assert evaluate("sum(1 for g in s if 'fail' not in g)", {"s": [["pass"], ["fail", "pass"]]}) == 1
     assert evaluate("c['x'] + 1 if t else 0", {"c": {"x": 1}, "t": True}) == 2
 

@@ -1,32 +1,54 @@
-"""The claims ledger: every row complete, statuses follow the documented rule, values come from the files."""
+"""The claims ledger: complete, one status vocabulary, every value recomputable from the source it names."""
 
 import csv
 import json
 
 import pytest
+import yaml
 
+from lethe.render.keypath import evaluate, load_document, resolve
 from lethe.render.ledger import (
+    AGREES,
     COLUMNS,
-    STATUSES,
+    NOT_AVAILABLE,
+    NOT_HERE,
+    NOT_LOCATED,
     SpecError,
     build_ledger,
     compare,
     format_value,
     ledger_csv,
     load_spec,
+    spec_files,
+    status_family,
+    summary,
+    unexplained_disagreements,
 )
 
 SPEC = "paper/claims_spec.yaml"
-# The claims the brief requires the ledger to cover, by id.
+# The paper's claims the ledger must cover (issue 30 lists the numbers of the three seed files), by id.
 REQUIRED = {
-    "audit.denominator", "audit.floor_rate", "audit.floor_kernels", "audit.any_violation", "audit.floor_with_exc02",
-    "audit.funnel", "audit.class_floor_min", "audit.class_loo_range", "differential.cells_paper_era",
-    "differential.money_cell_tolerance_free", "differential.accept_rate_paper_era",
-    "differential.accept_rate_hardened", "differential.hardened_money_cell", "differential.replica_agreement",
-    "differential.replica_pairs", "verifier.positive_control", "sakana.finding_rate_excl_precision",
-    "sakana.findings_of_compiled", "sakana.gate_breakdown", "gdn.native_backward_e2e_error", "gdn.dv128_arm_error",
-    "aot.tmem_columns", "gpu.suite",
+    "audit.corpus_trajectories", "verifier.gates", "verifier.fairness_rules_summary",
+    "verifier.fairness_rules_reviews", "audit.funnel", "audit.denominator", "audit.classes", "audit.floor_rate",
+    "audit.floor_kernels", "audit.floor_channels", "audit.any_violation", "audit.floor_with_exc02",
+    "audit.gate_fail_counts", "audit.gate_rate_exc01", "audit.gate_rate_exc02", "audit.gate_rate_ord02",
+    "audit.class_floor_min", "audit.class_loo_range", "differential.cells_paper_era",
+    "differential.money_cell_tolerance_free", "differential.money_cell_share", "differential.reverse_cell_share",
+    "differential.accepted_paper_era", "differential.accept_rate_paper_era", "differential.accept_rate_hardened",
+    "differential.hardened_money_cell", "differential.replica_agreement", "differential.replica_pairs",
+    "differential.replica_share", "differential.replica_interim", "differential.disagreement_direction",
+    "differential.disagreement_causes", "verifier.positive_control", "verifier.triton_kernels_pass",
+    "verifier.red_team", "verifier.ord03_margin", "verifier.hand_audit_size", "verifier.hand_audit_outcome",
+    "sakana.raw_rate", "sakana.finding_rate_excl_precision", "sakana.findings_of_compiled", "sakana.gate_breakdown",
+    "gdn.native_backward_e2e_error", "gdn.dv128_arm_error", "gdn.native_backward_over_fla",
+    "gdn.fla_latency_floor", "gdn.cw_fusion_times", "gdn.cw_fusion_speedup", "gdn.dv128_tiling_times",
+    "gdn.dv128_tiling_speedup", "gdn.family_members_trained", "gdn.shared_parameterisation",
+    "gdn.bug_visible_step", "mamba.forward_vs_cuda", "mamba.backward_vs_cuda", "mamba.selector_geomean",
+    "mamba.no_benefit_optimisations", "mamba.gb200_slowdown", "aot.tmem_columns", "aot.tmem_num_warps", "gpu.suite",
+    "verifier.ord01_tolerance_factor",
+    "training.ptbxl_params", "training.ptbxl_macro_auc", "rl.grpo_exec_rate", "rl.edit_rl_best_speedup",
 }
+RELEASED = ("published", "re-aggregated")
 
 
 @pytest.fixture(scope="module")
@@ -34,99 +56,225 @@ def ledger(repo):
     return build_ledger(repo / SPEC, repo)
 
 
-def test_spec_covers_required_claims(repo):
-    ids = {c.claim_id for c in load_spec(repo / SPEC)}
-    assert REQUIRED <= ids, sorted(REQUIRED - ids)
+@pytest.fixture(scope="module")
+def claims(repo):
+    return {c.claim_id: c for c in load_spec(repo / SPEC)}
 
 
-def test_every_row_has_status_and_source(ledger):
-    assert len(ledger) >= len(REQUIRED)
+def _released_present(repo):
+    if not (repo / "data/published/audit_floor_ablation.json").is_file():
+        pytest.skip("data/published/ not copied yet")
+
+
+def test_spec_covers_required_claims(claims):
+    """Every number of the seed files that is a claim of the paper has a ledger entry."""
+    assert REQUIRED <= set(claims), sorted(REQUIRED - set(claims))
+
+
+def test_every_line_is_well_formed(ledger):
+    """One vocabulary, no blank cell, and a value exactly when the status says one was obtained."""
     for row in ledger:
         assert set(row) == set(COLUMNS)
-        assert row["status"] in STATUSES, row
-        assert row["source"].strip() and "#" in row["source"], row
-        assert all(row[c].strip() for c in COLUMNS), row  # no blank cell anywhere
+        assert all(row[c].strip() for c in COLUMNS), row
+        status_family(row["status"])  # raises outside the vocabulary
+        assert row["agrees"] in AGREES, row
+        if row["status"] == NOT_HERE:
+            assert row["value"] == NOT_AVAILABLE and row["agrees"] == "-" and row["note"] != "-", row
+        else:
+            assert row["value"] != NOT_AVAILABLE and row["agrees"] != "-", row
+            assert "#" in row["source"], row
+        if row["source"] == NOT_LOCATED:
+            assert row["status"] == NOT_HERE, row
 
 
-def test_released_records_all_resolve(ledger, repo):
-    """With data/published/ present, no claim may fall back because a key path is wrong."""
-    if not (repo / "data/published/audit_floor_ablation.json").is_file():
-        pytest.skip("data/published/ not copied yet")
-    for row in ledger:
-        assert "present but unusable" not in row["note"], row
-        assert row["status"] != "not-reproducible-here", row
+def test_released_records_all_resolve(ledger, claims, repo):
+    """With data/published/ present, no line may lose its value because a file or key path is wrong."""
+    _released_present(repo)
+    evidence = [ev for c in claims.values() for ev in c.evidence]
+    for ev, row in zip(evidence, ledger, strict=True):
+        if ev.path:  # an entry that names a file must yield a value
+            assert row["status"] == ev.status and row["value"] != NOT_AVAILABLE, row
 
 
-def test_published_values_match_the_paper(ledger, repo):
-    """Rendered from the released records, each claim must equal the paper's printed figure."""
-    if not (repo / "data/published/audit_floor_ablation.json").is_file():
-        pytest.skip("data/published/ not copied yet")
-    from_records = [r for r in ledger if r["source"].startswith(("data/published/", "results/published/"))]
-    assert from_records, "no claim is read from the released records"
-    assert [r["claim_id"] for r in from_records if r["status"] == "mismatch"] == []
+def test_released_figures_agree_or_say_why(ledger, claims, repo):
+    """A released figure that differs from the paper's must be declared, and a declared difference must hold.
+
+    The second half keeps the declarations honest: if the data or the comparison changes so that a value agrees
+    after all, the stale explanation fails the test instead of staying in the ledger.
+    """
+    _released_present(repo)
+    assert unexplained_disagreements(repo / SPEC, ledger) == []
+    evidence = [(c.claim_id, ev) for c in claims.values() for ev in c.evidence]
+    for (cid, ev), row in zip(evidence, ledger, strict=True):
+        assert row["claim_id"] == cid
+        if ev.known_disagreement:
+            assert row["agrees"] == "no", (cid, ev.path)
+            assert ev.known_disagreement in row["note"], row
+        if row["agrees"] == "no":
+            assert row["note"].startswith("rendered ") or " is not " in row["note"], row
 
 
-def test_every_mismatch_says_by_how_much(ledger):
-    """This project's own measurements may differ from the paper; the ledger must then show the difference."""
+def test_committed_ledger_is_current(ledger, repo):
+    """paper/claims.csv is exactly what the spec and the files give now: a stale rendered number fails here."""
+    _released_present(repo)
+    committed = (repo / "paper/claims.csv").read_text(encoding="utf-8")
+    assert committed == ledger_csv(ledger)
+
+
+def _recompute(source: str, root):
+    """Evaluate a ledger source column by hand: ``path#key`` or ``path#expr [name=key; name=file#key]``."""
+    path, rest = source.split("#", 1)
+    if rest.endswith("]") and " [" in rest:
+        cut = rest.rindex(" [")
+        expr, bindings = rest[:cut], rest[cut + 2:-1]
+        names = {}
+        for binding in bindings.split("; "):
+            name, key = binding.split("=", 1)
+            file, key = key.split("#", 1) if "#" in key else (path, key)
+            names[name] = resolve(load_document(root / file), key)
+        return evaluate(expr, names)
+    return resolve(load_document(root / path), rest)
+
+
+def test_every_value_recomputes_from_its_source_column(repo, claims):
+    """Each committed value is re-derived here from the file, keys and expression its source column names.
+
+    This reads paper/claims.csv, not the ledger code's output, so a rendered number and its source cannot
+    disagree unnoticed, and the source column is proven sufficient for a reader to redo the arithmetic.
+    """
+    _released_present(repo)
+    with open(repo / "paper/claims.csv", encoding="utf-8", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    checked = 0
+    for row in rows:
+        if row["value"] == NOT_AVAILABLE:
+            continue
+        claim = claims[row["claim_id"]]
+        value = _recompute(row["source"], repo)
+        assert format_value(value, claim.unit, claim.digits, claim.suffix) == row["value"], row
+        checked += 1
+    assert checked >= 60
+
+
+def test_mislabels_of_issue_30_stay_fixed(ledger):
+    """The labels a reviewer flagged: each line now says what the number is."""
+    by_id = {}
     for r in ledger:
-        if r["status"] == "mismatch":
-            assert r["note"] not in ("", "-"), r["claim_id"]
+        by_id.setdefault(r["claim_id"], []).append(r)
+    exc02 = by_id["audit.floor_with_exc02"][0]["sentence"]
+    assert "flush-to-zero" in exc02 and "special-value" not in exc02
+    pc = by_id["verifier.positive_control"]
+    assert [r["agrees"] for r in pc if r["status"] == "published"] == ["yes"]
+    ours = [r for r in pc if r["source"].startswith("results/")]
+    assert ours and all(r["status"].startswith("replicated on ") and r["agrees"] == "not compared" for r in ours)
+    assert {r["agrees"] for r in by_id["audit.class_floor_min"]} == {"no"}
+    assert any("reconfirm_0707" in r["source"] for r in by_id["differential.cells_paper_era"])
+    assert "located by value" in by_id["gdn.dv128_arm_error"][0]["note"]
+    assert by_id["gdn.native_backward_over_fla"][0]["agrees"] == "no"
 
 
+# ------------------------------------------------------------------------------------------ the machinery
 def _spec(tmp_path, claims):
-    import yaml
-
     path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump({"claims": claims}))
+    path.write_text(yaml.safe_dump({"claims": claims}, allow_unicode=True))
     return path
 
 
-def _claim(cid, paper, unit, sources, **kw):
-    return {"id": cid, "sentence": "s", "paper": paper, "unit": unit, "sources": sources, **kw}
+def _claim(cid, paper, unit, evidence, **kw):
+    return {"id": cid, "sentence": "s", "paper": paper, "unit": unit, "evidence": evidence, **kw}
 
 
 def test_status_rule(tmp_path):
     (tmp_path / "data/published").mkdir(parents=True)
+    (tmp_path / "results/published").mkdir(parents=True)
     (tmp_path / "results/x").mkdir(parents=True)
     (tmp_path / "data/published/a.json").write_text(json.dumps({"k": 1154, "n": 2638, "stored_rate": 0.4375}))
+    (tmp_path / "results/published/agg.json").write_text(json.dumps({"k": 2, "n": 8}))
     (tmp_path / "results/x/b.json").write_text(json.dumps({"v": 2638}))
     spec = _spec(tmp_path, [
-        _claim("pub", 43.7, "percent", [{"path": "data/published/a.json", "keys": {"k": "k", "n": "n"},
-                                         "expr": "k / n"}]),
-        # the stored, 4-decimal rate prints 43.8%: a mismatch at the paper's precision
-        _claim("rounded", 43.7, "percent", [{"path": "data/published/a.json", "key": "stored_rate"}]),
-        _claim("repro", 2638, "count", [{"path": "results/x/b.json", "key": "v"},
-                                        {"path": "data/published/a.json", "key": "n"}]),
-        _claim("fallback", 2638, "count", [{"path": "results/x/absent.json", "key": "v", "note": "ours"},
-                                           {"path": "data/published/a.json", "key": "n", "note": "theirs"}]),
-        _claim("badkey", 2638, "count", [{"path": "results/x/b.json", "key": "nope"}]),
-        _claim("absent", 3.3e-3, "sci", [{"path": "results/gdn/e2e.json", "key": "err"}], digits=2,
-               unavailable="needs a B200"),
-        _claim("bound", 25.0, "percent", [{"path": "data/published/a.json", "keys": {"k": "k", "n": "n"},
-                                           "expr": "k / n"}], compare="at_least"),
+        _claim("pub", 43.7, "percent", [
+            {"path": "data/published/a.json", "keys": {"k": "k", "n": "n"}, "expr": "k / n"},
+            # the stored, 4-decimal rate prints 43.8%: a disagreement at the paper's precision
+            {"path": "data/published/a.json", "key": "stored_rate"},
+            {"status": NOT_HERE, "reason": "needs a B200"},
+        ]),
+        _claim("ours", 2638, "count", [
+            {"path": "results/x/b.json", "key": "v"},
+            {"path": "results/x/b.json", "key": "v", "status": "replicated on fixture", "compare": "none"},
+            {"path": "results/x/absent.json", "key": "v", "unavailable": "not yet run"},
+            {"path": "results/x/b.json", "key": "nope"},
+        ]),
+        _claim("strict", 25.0, "percent", [
+            {"path": "results/published/agg.json", "keys": {"k": "k", "n": "n"}, "expr": "k / n", "compare": "above"},
+            {"path": "results/published/agg.json", "keys": {"k": "k", "n": "n"}, "expr": "k / n",
+             "compare": "at_least"},
+        ]),
+        _claim("lost", 8920, "count", [{"status": NOT_HERE, "located": False, "reason": "not in the release"}]),
+        _claim("unstated", None, "count", [{"path": "data/published/a.json", "key": "n"}]),
     ])
-    rows = {r["claim_id"]: r for r in build_ledger(spec, tmp_path)}
-    assert rows["pub"]["status"] == "published" and rows["pub"]["rendered_value"] == "43.7%"
-    assert rows["rounded"]["status"] == "mismatch"
-    assert "43.8%" in rows["rounded"]["note"] and "percentage points" in rows["rounded"]["note"]
-    assert rows["repro"]["status"] == "reproduced"
-    assert rows["fallback"]["status"] == "published"
-    assert rows["fallback"]["note"] == "theirs"  # only the note of the source actually used
-    assert rows["badkey"]["status"] == "not-reproducible-here" and "no key 'nope'" in rows["badkey"]["note"]
-    assert rows["absent"]["status"] == "not-reproducible-here"
-    assert rows["absent"]["rendered_value"] == "n/a" and "needs a B200" in rows["absent"]["note"]
-    assert rows["absent"]["source"] == "results/gdn/e2e.json#err"
-    assert rows["bound"]["status"] == "published" and rows["bound"]["paper_value"] == "≥ 25.0%"
+    rows = build_ledger(spec, tmp_path)
+    by = {}
+    for r in rows:
+        by.setdefault(r["claim_id"], []).append(r)
+    assert [(r["status"], r["value"], r["agrees"]) for r in by["pub"]] == [
+        ("published", "43.7%", "yes"), ("published", "43.8%", "no"), (NOT_HERE, NOT_AVAILABLE, "-")]
+    assert "percentage points" in by["pub"][1]["note"] and by["pub"][2]["note"] == "needs a B200"
+    ours = by["ours"]
+    assert [r["status"] for r in ours] == ["reproduced", "replicated on fixture", NOT_HERE, NOT_HERE]
+    assert ours[1]["agrees"] == "not compared"
+    assert "not yet run" in ours[2]["note"] and "results/x/absent.json absent" in ours[2]["note"]
+    assert "no key 'nope'" in ours[3]["note"]
+    # 2/8 is exactly 25%: it meets "at least 25%" but does not exceed 25%
+    assert [(r["status"], r["agrees"]) for r in by["strict"]] == [("re-aggregated", "no"), ("re-aggregated", "yes")]
+    assert by["lost"][0]["source"] == NOT_LOCATED and by["lost"][0]["note"] == "not in the release"
+    assert by["unstated"][0]["paper_value"] == "not stated" and by["unstated"][0]["agrees"] == "not compared"
+    s = summary(rows)
+    assert s["claims"] == 5 and s["lines"] == len(rows) == 11
+    assert s["disagree"] == ["pub", "strict"] and s["only_not_here"] == ["lost"]
+    assert {p["status"]: (p["lines"], p["claims"]) for p in s["per_status"]} == {
+        "reproduced": (1, 1), "re-aggregated": (2, 1), "replicated on fixture": (1, 1), "published": (3, 2),
+        NOT_HERE: (4, 3)}
+    assert [p["status"] for p in s["per_status"]][0] == "reproduced"  # vocabulary order, strongest first
 
 
 def test_rendered_value_follows_the_file(tmp_path):
-    """Nothing is hand-typed: changing the intermediate changes the rendered value (and the status)."""
+    """Nothing is hand-typed: changing the intermediate changes the rendered value (and the agreement)."""
     (tmp_path / "results").mkdir()
     spec = _spec(tmp_path, [_claim("c", 958, "count", [{"path": "results/v.json", "key": "v"}])])
-    for value, status in ((958, "reproduced"), (957, "mismatch")):
+    for value, agrees in ((958, "yes"), (957, "no")):
         (tmp_path / "results/v.json").write_text(json.dumps({"v": value}))
         row = build_ledger(spec, tmp_path)[0]
-        assert row["rendered_value"] == f"{value:,}" and row["status"] == status
+        assert row["value"] == f"{value:,}" and row["agrees"] == agrees and row["status"] == "reproduced"
+
+
+def test_keys_from_another_file(tmp_path):
+    (tmp_path / "data/published").mkdir(parents=True)
+    (tmp_path / "data/published/a.json").write_text(json.dumps({"m": 1030}))
+    (tmp_path / "data/published/b.json").write_text(json.dumps({"n": 2638}))
+    spec = _spec(tmp_path, [_claim("c", 39, "percent", [
+        {"path": "data/published/a.json", "keys": {"m": "m", "n": "data/published/b.json#n"}, "expr": "m / n"}],
+        digits=0)])
+    row = build_ledger(spec, tmp_path)[0]
+    assert row["value"] == "39%" and row["source"] == "data/published/a.json#m / n [m=m; n=data/published/b.json#n]"
+    assert _recompute(row["source"], tmp_path) == 1030 / 2638
+    # the workflow's ledger rule depends on both files
+    assert spec_files(spec) == ["data/published/a.json", "data/published/b.json"]
+
+
+def test_status_must_match_where_the_value_lives(tmp_path):
+    """Only the release can be published; only this repository's results/ can be reproduced or replicated."""
+    bad = [
+        {"path": "results/x.json", "key": "v", "status": "published"},
+        {"path": "data/published/x.json", "key": "v", "status": "reproduced"},
+        {"path": "data/published/x.json", "key": "v", "status": "replicated on sakana"},
+        {"path": "results/x.json", "key": "v", "status": "replicated on "},
+        {"path": "results/x.json", "key": "v", "status": "mismatch"},
+        {"path": "results/x.json", "key": "v", "status": "re-aggregated"},
+        {"status": NOT_HERE},
+    ]
+    for entry in bad:
+        with pytest.raises(SpecError):
+            load_spec(_spec(tmp_path, [_claim("c", 1, "count", [entry])]))
 
 
 def test_formats_and_comparisons():
@@ -135,17 +283,27 @@ def test_formats_and_comparisons():
     assert format_value([0.31649, 0.41859], "percent_range", 1) == "31.6%–41.9%"
     assert format_value([7, 7], "fraction") == "7/7"
     assert format_value([1191, 3, 0], "counts") == "1,191 / 3 / 0"
+    assert format_value([52.938, 19.228], "floats", 1, " ms") == "52.9 ms / 19.2 ms"
+    assert format_value([0.2114, 1.0444], "float_range", 2, "×") == "0.21×–1.04×"
     assert compare(0.0033128, 3.3e-3, "sci", 2, "equal")[0]
     assert not compare(0.0034, 3.3e-3, "sci", 2, "equal")[0]
     assert compare(0.25, 25.0, "percent", 1, "at_least")[0]
     assert not compare(0.2449, 25.0, "percent", 1, "at_least")[0]
+    assert not compare(0.25, 25.0, "percent", 1, "above")[0]
+    assert compare(0.2501, 25.0, "percent", 1, "above")[0]
+    assert not compare([8.03, 78.65], [8, 78], "floats", 0, "equal", "×")[0]
 
 
 def test_bad_spec_is_rejected(tmp_path):
     with pytest.raises(SpecError):
-        load_spec(_spec(tmp_path, [_claim("c", 1, "furlongs", [{"path": "x.json", "key": "v"}])]))
+        load_spec(_spec(tmp_path, [_claim("c", 1, "furlongs", [{"path": "results/x.json", "key": "v"}])]))
     with pytest.raises(SpecError):
-        load_spec(_spec(tmp_path, [_claim("c", 1, "count", [{"path": "x.json"}])]))
+        load_spec(_spec(tmp_path, [_claim("c", 1, "count", [{"path": "results/x.json"}])]))
+    with pytest.raises(SpecError):
+        load_spec(_spec(tmp_path, [_claim("c", 1, "count", [])]))
+    with pytest.raises(SpecError):  # a claim without a printed figure cannot be compared with one
+        load_spec(_spec(tmp_path, [_claim("c", None, "count", [{"path": "results/x.json", "key": "v",
+                                                                 "compare": "equal"}])]))
 
 
 def test_csv_roundtrip(ledger):
@@ -155,22 +313,29 @@ def test_csv_roundtrip(ledger):
 
 
 def test_reproduced_sources_of_other_stages(tmp_path, repo):
-    """The spec's results/ sources read the files other stages write (schemas as in their code), and win."""
+    """The spec's results/ sources read the files other stages write (schemas as in their code)."""
     (tmp_path / "results/aot").mkdir(parents=True)
     (tmp_path / "results/positive_control").mkdir(parents=True)
     rows = [  # lethe.aot.mamba904.build_result rows: violations from lethe.aot.limits.check
-        {"target": "sm_90a", "triton": "3.6.0", "violations": []},
-        {"target": "sm_100a", "triton": "3.6.0", "violations": ["tensor memory 544 columns > 512 on sm_100a"]},
-        {"target": "sm_100a", "triton": "3.8.0", "violations": ["tensor memory 576 columns > 512 on sm_100a"]},
+        {"target": "sm_90a", "triton": "3.6.0", "num_warps": 4, "violations": []},
+        {"target": "sm_100a", "triton": "3.6.0", "num_warps": 2, "violations": []},
+        {"target": "sm_100a", "triton": "3.6.0", "num_warps": 4,
+         "violations": ["tensor memory 544 columns > 512 on sm_100a"]},
+        {"target": "sm_100a", "triton": "3.8.0", "num_warps": 2,
+         "violations": ["tensor memory 576 columns > 512 on sm_100a"]},
     ]
     (tmp_path / "results/aot/mamba904.json").write_text(json.dumps({"rows": rows}))
     (tmp_path / "results/positive_control/summary.json").write_text(json.dumps({"n_kernels": 7, "n_pass": 6}))
-    ledger = {r["claim_id"]: r for r in build_ledger(repo / SPEC, tmp_path)}
-    assert ledger["aot.tmem_columns"]["status"] == "reproduced"
-    assert ledger["aot.tmem_columns"]["rendered_value"] == "544 / 512"
-    pc = ledger["verifier.positive_control"]
-    assert pc["status"] == "mismatch" and pc["rendered_value"] == "6/7"
-    assert "not the paper's C1-C7" in pc["note"]
+    ledger = {}
+    for r in build_ledger(repo / SPEC, tmp_path):
+        ledger.setdefault(r["claim_id"], []).append(r)
+    tmem = ledger["aot.tmem_columns"][0]
+    assert tmem["status"] == "reproduced" and tmem["value"] == "544 / 512" and tmem["agrees"] == "yes"
+    warps = ledger["aot.tmem_num_warps"][0]  # only Triton < 3.8 is the claim's toolchain
+    assert (warps["status"], warps["value"], warps["agrees"]) == ("reproduced", "yes", "yes")
+    ours = [r for r in ledger["verifier.positive_control"] if r["value"] != NOT_AVAILABLE]
+    assert [(r["status"], r["value"], r["agrees"]) for r in ours] == [
+        ("replicated on positive_control (CPU)", "6/7", "not compared")]
     # with no data/published/ in this root, the paper's own records are reported missing, not invented
-    assert ledger["gpu.suite"]["status"] == "not-reproducible-here"
-    assert "absent" in ledger["gpu.suite"]["note"]
+    suite = ledger["gpu.suite"][0]
+    assert suite["status"] == NOT_HERE and "absent" in suite["note"]

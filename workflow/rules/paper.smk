@@ -2,8 +2,6 @@
 # renders, the claims ledger (paper/claims.csv) and the results book (paper/book.md). All CPU, seconds.
 # This file is included last (see config "stages"), so RENDER_TARGETS already holds every other stage's outputs.
 
-import yaml
-
 PUBLISHED = "data/published"
 PAPER_FIGURES = {
     # stem: released files it is drawn from (lethe.render.figures.FIGURES keeps the same list)
@@ -40,12 +38,11 @@ RENDER_TARGETS.extend(
 )
 
 
-# Every intermediate the ledger spec names that exists at parse time; absent ones render as
-# not-reproducible-here, so the ledger rule's DAG is valid at every stage of the project.
-with open(os.path.join(workflow.basedir, "paper/claims_spec.yaml"), encoding="utf-8") as _fh:
-    CLAIM_SOURCES = sorted(
-        {src["path"] for claim in yaml.safe_load(_fh)["claims"] for src in claim["sources"]}
-    )
+# Every intermediate the ledger spec names that exists at parse time; absent ones render as "not reproducible
+# here" with the file named, so the ledger rule's DAG is valid at every stage of the project.
+from lethe.render.ledger import spec_files
+
+CLAIM_SOURCES = spec_files(os.path.join(workflow.basedir, "paper/claims_spec.yaml"))
 CLAIM_INPUTS = [p for p in CLAIM_SOURCES if os.path.exists(p)]
 
 

@@ -7,4 +7,5 @@ sys.stderr = open(snakemake.log[0], "w", buffering=1)  # noqa: F821, SIM115
 from lethe.render.ledger import status_counts, write_ledger  # noqa: E402
 
 rows = write_ledger(snakemake.input.spec, snakemake.params.root, snakemake.output.csv)  # noqa: F821
-print(f"{len(rows)} claims: {status_counts(rows)}", file=sys.stderr)
+claims = len({r["claim_id"] for r in rows})
+print(f"{claims} claims, {len(rows)} lines: {status_counts(rows)}", file=sys.stderr)
