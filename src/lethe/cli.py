@@ -20,23 +20,6 @@ from pathlib import Path
 EXTRA_COMMANDS: list[str] = []
 
 
-def _json_summary(row: dict, verdict: str) -> dict:
-    return {
-        "verdict": verdict,
-        "status": row["status"],
-        "id": row["id"],
-        "profile": row["profile"],
-        "device": row["device"],
-        "seed": row["seed"],
-        "seconds": row["seconds"],
-        "weights_copied": row["weights_copied"],
-        "output_aliasing": row["output_aliasing"],
-        "error": row["error"],
-        "gates": {g: {"status": v["status"], "reason": v["reason"], "evidence": json.loads(v["evidence"])}
-                  for g, v in row["gates"].items()},
-    }
-
-
 def _fail(command: str, message: str) -> int:
     """A usage problem (missing or undecodable input, unwritable output): one escaped line on stderr, exit 2."""
     from lethe.verifier.report import escape
@@ -100,6 +83,7 @@ def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: 
 def cmd_verify(args: argparse.Namespace) -> int:
     from lethe.verifier import api
     from lethe.verifier.report import human_summary
+    from lethe.verifier.verdict import Verdict
 
     ref_src = _read("verify", "reference", args.ref)
     if isinstance(ref_src, int):
@@ -107,21 +91,38 @@ def cmd_verify(args: argparse.Namespace) -> int:
     cand_src = _read("verify", "candidate", args.cand)
     if isinstance(cand_src, int):
         return cand_src
+    gates = None
+    if args.gates:
+        from lethe.verifier.gates import GATE_IDS
+
+        gates = [g.strip().upper() for g in args.gates.split(",") if g.strip()]
+        unknown = [g for g in gates if g not in GATE_IDS]
+        if unknown:
+            return _fail("verify", f"unknown gate(s) {', '.join(unknown)}; gates are {', '.join(GATE_IDS)}")
     row = api.verify(ref_src, cand_src, profile=args.profile, device=args.device, seed=args.seed,
-                     timeout_s=args.timeout, kernel_id=args.id or Path(args.cand).stem, corpus=args.corpus,
-                     ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
+                     timeout_s=args.timeout, kernel_id=args.id or default_id(args.cand, cand_src),
+                     corpus=args.corpus, ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
+                     only_gates=gates,
                      sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
-    verdict = api.verdict(row)
+    v = Verdict.from_row(row)
     if args.json:
-        print(json.dumps(_json_summary(row, verdict), sort_keys=True))
+        print(json.dumps(v.to_json(), sort_keys=True))
     else:
-        print(human_summary(row, verdict))
+        print(human_summary(row, v.verdict, rows_path=args.out or None))
     if args.out:
         try:
             write_rows_locked(args.out, [row], append=args.append)
         except Exception as exc:  # noqa: BLE001 - the verdict is printed; say why it was not stored
             return _fail("verify", f"could not write {args.out}: {type(exc).__name__}: {exc}")
-    return 0 if verdict == "pass" else 1
+    return v.exit_code
+
+
+def default_id(cand_path: str, cand_src: str) -> str:
+    """A row id that is unique per candidate: the file's stem plus the first 12 hex digits of the source's
+    SHA-256 (every ``cand.py`` of a corpus would otherwise be called ``cand``)."""
+    import hashlib
+
+    return f"{Path(cand_path).stem}-{hashlib.sha256(cand_src.encode()).hexdigest()[:12]}"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -135,9 +136,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
             got = _read("replay", label, path)
             if isinstance(got, int):
                 return got
-    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id]
+    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id
+            and (args.profile is None or r["profile"] == args.profile)]
     if not rows:
         return _fail("replay", f"no row with id {args.id!r} in {args.rows}")
+    if len({(r["profile"], r["seed"], r["sources"]) for r in rows}) > 1:
+        return _fail("replay", f"{len(rows)} different rows have id {args.id!r} in {args.rows}; "
+                               f"name one with --profile or give the rows unique ids")
     try:
         res = api.replay(rows[0], args.gate, ref_path=args.ref, cand_path=args.cand)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
@@ -167,7 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     from lethe.verifier.gates import GATE_IDS
     from lethe.verifier.profiles import PROFILES
 
-    parser = argparse.ArgumentParser(prog="lethe", description="Contract-grade correctness verifier for GPU kernels.")
+    from lethe import __version__
+    from lethe.verifier.verdict import EXIT_CODES
+
+    codes = "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="lethe", description="Contract-grade correctness verifier for GPU kernels.",
+                                     epilog=f"exit codes: {codes}")
+    parser.add_argument("--version", action="version", version=f"lethe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("verify", help="verify one candidate against one KernelBench-style reference")
@@ -181,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float64 reference wall-clock budget in seconds (default %(default)g)")
     v.add_argument("--ref-memory-mb", type=int, default=api_default("REF_MEMORY_MB"),
                    help="float64 reference memory budget in MB (default %(default)d)")
-    v.add_argument("--id", default="", help="row id (default: candidate file stem)")
+    v.add_argument("--id", default="", help="row id (default: candidate file stem + 12 hex digits of its SHA-256)")
+    v.add_argument("--gates", default="", help="comma-separated gate ids to run (default: all twelve)")
     v.add_argument("--corpus", default="")
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.add_argument("--out", default="", help="write the verdict row to this parquet file")
@@ -190,11 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.set_defaults(func=cmd_verify)
 
     r = sub.add_parser("replay", help="re-run one gate of one recorded row from its seed")
-    r.add_argument("rows", help="parquet file of lethe.verdict/1 rows")
+    r.add_argument("rows", help="parquet file of verdict rows (lethe.verdict/1 or /2)")
     r.add_argument("id")
     r.add_argument("gate", choices=list(GATE_IDS))
     r.add_argument("--ref", default=None, help="reference path (default: the one recorded in the row)")
     r.add_argument("--cand", default=None, help="candidate path (default: the one recorded in the row)")
+    r.add_argument("--profile", default=None, help="the row's profile, when several rows share the id")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -207,8 +220,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    from lethe.verifier.verdict import EXIT_HARNESS, EXIT_USAGE
+
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
+        return int(exc.code or 0) if exc.code in (0, None) else EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("lethe: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the verifier's own failure: one line, exit 4, traceback on request
+        if os.environ.get("LETHE_DEBUG"):
+            raise
+        from lethe.verifier.report import escape
+
+        print(f"lethe {getattr(args, 'command', '')}: internal error: {escape(type(exc).__name__)}: "
+              f"{escape(str(exc)[:400])} (set LETHE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_HARNESS
 
 
 if __name__ == "__main__":

@@ -38,15 +38,38 @@ def escape(text) -> str:
 _MARK = {"pass": "ok  ", "fail": "FAIL", "na": "n/a ", "error": "ERR "}
 
 
-def human_summary(row: dict, verdict: str) -> str:
-    """What ``lethe verify`` prints for one row: a header, the error (if any), one line per gate, the verdict.
-    Every field is escaped (:func:`escape`), so each printed line is one of these and nothing else."""
+def human_summary(row: dict, verdict: str, *, rows_path: str | None = None) -> str:
+    """What ``lethe verify`` prints for one row: a header, the isolation, the error (if any), one line per gate
+    with its margin, the failures grouped by the probe that exposed them (each probe said in words), the replay
+    command, and the verdict. Every field is escaped (:func:`escape`), so each printed line is one of these and
+    nothing else."""
+    from lethe.verifier.verdict import Verdict, describe_probe
+
+    v = Verdict.from_row(row)
     lines = [f"{escape(row['id'])}  status={escape(row['status'])}  profile={escape(row['profile'])}  "
              f"device={escape(row['device'])}  seed={row['seed']}  {row['seconds']:.1f}s"]
+    iso = row.get("isolation", "")
+    lines.append(f"  isolation: {escape(iso)}" + ("" if row.get("tamper_proof") else "  [NOT tamper-proof]"))
     if row.get("error"):
         lines.append(f"  error: {escape(row['error'][:500])}")
-    for gid, g in row["gates"].items():
-        lines.append(f"  {escape(gid)}  {_MARK.get(g['status'], escape(g['status']))}  {escape(g['reason'][:160])}")
+    for gid, g in v.gates.items():
+        margin = f"  err/tol {g.margin:.3g}" if g.margin is not None and g.status in ("pass", "fail") else ""
+        reason = f"  {escape(g.reason[:160])}" if g.reason else ""
+        lines.append(f"  {escape(gid)}  {_MARK.get(g.status, escape(g.status))}{margin}{reason}")
+    groups = v.by_probe()
+    if groups:
+        lines.append("failures by probe (one probe failing several gates is usually one cause):")
+        for pid, gates in groups.items():
+            lines.append(f"  {escape(pid)} ({escape(describe_probe(pid))}): {', '.join(gates)}")
+            for gname in gates:
+                for c in v.gates[gname].checks:
+                    if c.probe == pid and not c.ok:
+                        lines.append(f"    {gname} {escape(c.words())}")
+                        break
+    if v.failed_gates:
+        target = rows_path or "ROWS.parquet"
+        hint = "" if rows_path else "   (store the row first: lethe verify ... --out ROWS.parquet)"
+        lines.append(f"replay: {escape(v.replay_command(target))}{hint}")
     lines.append(f"verdict: {escape(verdict)}")
     return "\n".join(lines)
 
