@@ -655,6 +655,7 @@ def precompile_ours(run: Run, combos) -> None:
 
     from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
     from lethe.kernels.gdn.triton_fwd import decay_floor_check_off, triton_chunk_fwd
+
     from lethe.aot import record_launches
 
     t0 = time.perf_counter()

@@ -157,7 +157,6 @@ def cases():
 
 def run_arm(member, V, T, seed, log=print) -> list[dict]:
     import ladder as L
-
     from lethe.kernels.gdn import chunked
     from lethe.kernels.gdn.reference import gates_for_member
 

@@ -98,6 +98,7 @@ def main(argv=None):
     from lethe.kernels.gdn.fwd_options import DOT_PRECISION_DEFAULT
     from lethe.kernels.gdn.launch_tables import overridden
     from lethe.kernels.gdn.triton_bwd import intra_precision
+
     from lethe import provenance
 
     fc = _fla_compare()

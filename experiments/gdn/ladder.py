@@ -215,7 +215,6 @@ def rung_fla(device, K, V, T, dtype, seed, budget_s, sink=None):
     from fla.ops.gla import chunk_gla
     from fla.ops.kda import chunk_kda
     from fla.ops.simple_gla import chunk_simple_gla
-
     from lethe.kernels.gdn import reference as R
 
     ops = {
@@ -299,7 +298,6 @@ def kernel_precisions_ran(dot_precision: str, dtypes, wy_inverse: str = "split")
     per kernel when every dtype resolves alike, else {dtype: word}. The A and W/U kernels run only in the split WY
     step (the row and blocked kernels take the forward's dot_precision, "fwd")."""
     import torch
-
     from lethe.kernels.gdn.fwd_options import resolve_precision
     from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 

@@ -34,7 +34,6 @@ for p in (str(ROOT / "src"), str(ROOT)):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
-
 from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
 
 SCHEMA = "lethe.gdn.triton_aot/1"
@@ -52,6 +51,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
     benchmark's configuration), the other kernels do not depend on the batch."""
     from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd
     from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
+
     from lethe.aot import record_launches
 
     T = T or 4 * C
@@ -89,6 +89,7 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
         kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT,
         ptx_dir: Path | None = None) -> dict:
     from lethe.kernels.gdn.launch_tables import find_table, overridden
+
     from lethe.aot import compile_launch, compiled_ptx
     from lethe.aot.launches import specialize
     from lethe.aot.limits import limits_for

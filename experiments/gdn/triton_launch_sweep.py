@@ -87,9 +87,8 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
     """One kernel in one configuration on one cell: the default configuration's results first, then this
     configuration's, compared; timed only if they agree. Runs in its own process (see :func:`main`)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from lethe.kernels.gdn.autograd import chunk_family
+    from torch.profiler import ProfilerActivity, profile
 
     fc_inputs = _bench_inputs()
     H, K = 2, 128

@@ -663,7 +663,6 @@ def k2_wgmma_stage(out, quick):
     runs), then timing against the SIMT K2 on the K2 timing shapes. The wgmma launch includes its operands'
     float32 -> bf16 casts (the wrapper's contract); a second timing hands it bf16 operands."""
     import numpy as np
-
     from lethe.kernels.gdn.native.k2_model import k2_batched
 
     if DEV == "cpu":

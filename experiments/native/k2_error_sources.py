@@ -86,7 +86,6 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=20260829)  # the ladder's default seed
     args = ap.parse_args(argv)
     import ladder as L
-
     from lethe.kernels.gdn import chunked
     from lethe.kernels.gdn.reference import gates_for_member
 

@@ -169,10 +169,9 @@ def api_default(name: str):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lethe import __version__
     from lethe.verifier.gates import GATE_IDS
     from lethe.verifier.profiles import PROFILES
-
-    from lethe import __version__
     from lethe.verifier.verdict import EXIT_CODES
 
     codes = "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())

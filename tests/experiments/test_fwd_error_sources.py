@@ -35,7 +35,6 @@ def small_ctx():
 
     sys.path.insert(0, str(ROOT / "tests" / "kernels" / "gdn"))
     from gdn_helpers import make_inputs
-
     from lethe.kernels.gdn import chunked
 
     q, k, v, g, b, w, _ = make_inputs(T=48, K=16, V=16)

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from lethe.kernels.gdn import reference as KR
+
 from lethe.foreign import fla640 as F
 from lethe.verifier import probes as P
 from lethe.verifier.reference import load_source

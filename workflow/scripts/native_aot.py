@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from lethe.kernels.gdn.native.aot import compile_report
+
 from lethe import provenance
 
 snakemake = globals()["snakemake"]  # injected by Snakemake's script: directive

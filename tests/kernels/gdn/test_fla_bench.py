@@ -12,7 +12,6 @@ from pathlib import Path
 
 import fla_bench_fixture as F
 import pytest
-
 from lethe.kernels.gdn import fla_bench as R
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,7 +1,6 @@
 """kernels/gdn/fwd_options.py: how the output kernel's precision is chosen from the options and the inputs."""
 
 import pytest
-
 from lethe.kernels.gdn.fwd_options import DOT_PRECISIONS, OUTPUT_PRECISION_DEFAULT, resolve_output_precision
 
 

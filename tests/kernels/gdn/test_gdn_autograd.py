@@ -8,7 +8,6 @@ summing gradients already rounded to bf16 adds one rounding per summed term.
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import reference as R
 from lethe.kernels.gdn.autograd import chunk_family
 

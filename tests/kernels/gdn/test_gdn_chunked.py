@@ -3,7 +3,6 @@
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn import reference as R
 from lethe.kernels.gdn.autograd import chunk_family

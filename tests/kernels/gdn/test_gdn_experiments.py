@@ -148,6 +148,7 @@ def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monk
 
     mod = _load("ladder")
     from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
+
     from lethe import provenance
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

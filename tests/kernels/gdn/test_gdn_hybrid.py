@@ -7,7 +7,6 @@ import functools
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn.native.api import scan_for_triton_ctx, scan_operands_from_triton_ctx
 from lethe.kernels.gdn.triton_bwd import triton_chunk_bwd

@@ -8,7 +8,6 @@ import os
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn.native.api import (
     scan_for_triton_ctx,
     scan_operands_from_triton_ctx,

@@ -4,7 +4,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from lethe.kernels.gdn import tables
 
 RESULTS = Path(__file__).resolve().parents[3] / "results" / "gdn"

@@ -9,7 +9,6 @@ import torch
 import triton
 import triton.language as tl
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn import reference as R
 from lethe.kernels.gdn.autograd import chunk_family
@@ -94,7 +93,6 @@ def test_blocked_triangular_inverse_gives_the_row_by_row_forward(C, T):
     # the opt-in blockwise inverse of wy_fwd_blocked_kernel: same T, W, output and final state as the row-by-row
     # kernel to float32 rounding, T unit lower triangular with zeros above the diagonal
     from gdn_helpers import make_inputs, rel_err
-
     from lethe.kernels.gdn.triton_fwd import triton_chunk_fwd
 
     f = [x.float() for x in make_inputs(T=T, K=16, V=32)[:6]]
@@ -183,7 +181,6 @@ def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(
     # NVL > 1: one program forms P = tril(Qg Kg^T) once for several V-blocks; each output element goes through the
     # same operations as with one V-block per program, so the output must not change by a bit
     from gdn_helpers import make_inputs
-
     from lethe.kernels.gdn import triton_fwd
 
     f = [x.float() for x in make_inputs(T=150, K=16, V=64)[:6]]
@@ -201,7 +198,6 @@ def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, era
     # rebuilding it per step; the same float32 operations on the same values, so every result must be equal on the
     # interpreter (on the H200 the two kernels' exponentials round apart: test_gdn_triton_gpu.py)
     from gdn_helpers import make_inputs
-
     from lethe.kernels.gdn import triton_fwd
 
     C, T = 16, 37  # a padded last chunk

@@ -7,7 +7,6 @@ importable (``pip install fla-core==0.6.0 einops==0.8.2``; pyproject's ``gpu`` e
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import reference as R
 
 fla_gdn2 = pytest.importorskip("fla.ops.gdn2.naive")

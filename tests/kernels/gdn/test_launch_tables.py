@@ -1,7 +1,6 @@
 """lethe.kernels.gdn.launch_tables: lookups and temporary overrides of the wrappers' launch tables."""
 
 import pytest
-
 from lethe.kernels.gdn.launch_tables import find_table, overridden, table_for
 from lethe.kernels.gdn.triton_bwd import BWD_LAUNCH
 from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH

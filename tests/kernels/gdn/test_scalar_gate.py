@@ -6,7 +6,6 @@ bf16 arithmetic is checked on the GPU (test_scalar_gate_gpu.py, experiments/gdn/
 import pytest
 import torch
 from gdn_helpers import make_inputs, rel_err
-
 from lethe.kernels.gdn import scalar_gate
 from lethe.kernels.gdn.autograd import chunk_family, scalar_gate_applies
 
@@ -142,7 +141,6 @@ def test_scalar_gate_launches_at_dk128():
     with its SG_LAUNCH entry (the inverse with the general forward's), and the scans' V-block rule at a small batch
     (B*H = 2: the V-block drops to 16)."""
     from gdn_helpers import recorded_launches
-
     from lethe.kernels.gdn.scalar_gate import SG_LAUNCH
     from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 

@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from lethe.kernels.gdn import tables
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -1,7 +1,6 @@
 """The small GDN problem the K2 model tests share: a chunked forward in float64 (or ``dtype``) with erase."""
 
 import torch
-
 from lethe.kernels.gdn import chunked
 
 

@@ -8,7 +8,6 @@ local-memory round trip per chunk). Skips when nvidia-cutlass-dsl is not install
 """
 
 import pytest
-
 from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")

@@ -8,7 +8,6 @@ Without rounding it must be K1 exactly (to float64 rounding), with and without e
 import pytest
 import torch
 from k2_problem import k2_problem
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn.native.k1_scan_model import model
 

@@ -2,7 +2,6 @@
 permutation of contiguous chunk-flattened storage, with the strides torch gives that permutation."""
 
 import torch
-
 from lethe.kernels.gdn.native.k1_views import K1_VIEWS, view_shapes
 
 L, BH, C, K, V = 8, 2, 64, 128, 96

@@ -9,7 +9,6 @@ float64 model in test_k2_model.py.
 """
 
 import pytest
-
 from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")

@@ -10,7 +10,6 @@ point the docs state holds: two CTAs per SM (their shared memory fits, and the l
 """
 
 import pytest
-
 from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 from lethe.kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes
 

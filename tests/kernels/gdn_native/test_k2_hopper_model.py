@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import torch
 from k2_problem import k2_problem
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn.native import k2_hopper_model
 from lethe.kernels.gdn.native.k2_hopper_plan import THREADS, smem_bytes, tile_plan

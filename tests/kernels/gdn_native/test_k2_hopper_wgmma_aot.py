@@ -8,7 +8,6 @@ float64 by test_k2_model.py; execution on a GPU is pending.
 """
 
 import pytest
-
 from lethe.kernels.gdn.native import CUTE_DSL_PIN, cute_dsl_available
 
 pytestmark = pytest.mark.skipif(not cute_dsl_available(), reason=f"CuTe DSL not importable (pip install {CUTE_DSL_PIN})")

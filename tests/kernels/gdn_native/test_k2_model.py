@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 from k2_problem import k2_problem
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn.native import k2_model
 

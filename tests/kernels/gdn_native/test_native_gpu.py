@@ -11,7 +11,6 @@ guard) gives the same bits. End to end: the native backward (K1 + K2 native) aga
 
 import pytest
 import torch
-
 from lethe.kernels.gdn import chunked
 from lethe.kernels.gdn.native import cute_dsl_available
 
@@ -291,7 +290,6 @@ def test_k2_wgmma_matches_float64_within_its_bf16_model(V):
     K2 on the same operands than 2x the float64 replay of its own bf16 roundings (k2_model, the Blackwell K2's
     model: the same products and rounding points) + 1e-4, bitwise identical over 3 runs."""
     import numpy as np
-
     from lethe.kernels.gdn.native.api import k2_wgmma_launch
     from lethe.kernels.gdn.native.k2_model import k2_batched
 

@@ -4,7 +4,6 @@ committed, one line per profiled row, every row that did not run named in the ca
 from pathlib import Path
 
 import pytest
-
 from lethe.kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, load_profile_calls, profile_table
 
 ROOT = Path(__file__).resolve().parents[3]
