@@ -8,87 +8,176 @@ namespace and returning the exit code) with ``parser.set_defaults(func=...)``.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import importlib
 import json
+import os
 import sys
 from pathlib import Path
 
 # Modules that contribute subcommands (each defines add_subcommand(subparsers)); import failures are reported
 # by `lethe --help` as unavailable rather than breaking the verifier's own commands.
-EXTRA_COMMANDS: list[str] = []
+EXTRA_COMMANDS: list[str] = ["lethe.audit.batch"]
 
 
-def _print_human(row: dict, verdict: str) -> None:
-    print(f"{row['id']}  status={row['status']}  profile={row['profile']}  device={row['device']}  "
-          f"seed={row['seed']}  {row['seconds']:.1f}s")
-    if row.get("error"):
-        print(f"  error: {row['error'][:500]}")
-    for gid, g in row["gates"].items():
-        mark = {"pass": "ok  ", "fail": "FAIL", "na": "n/a ", "error": "ERR "}[g["status"]]
-        print(f"  {gid}  {mark}  {g['reason'][:160]}")
-    print(f"verdict: {verdict}")
+def _fail(command: str, message: str) -> int:
+    """A usage problem (missing or undecodable input, unwritable output): one escaped line on stderr, exit 2."""
+    from lethe.verifier.report import escape
+
+    print(f"lethe {command}: {escape(message)}", file=sys.stderr)
+    return 2
 
 
-def _json_summary(row: dict, verdict: str) -> dict:
-    return {
-        "verdict": verdict,
-        "status": row["status"],
-        "id": row["id"],
-        "profile": row["profile"],
-        "device": row["device"],
-        "seed": row["seed"],
-        "seconds": row["seconds"],
-        "weights_copied": row["weights_copied"],
-        "output_aliasing": row["output_aliasing"],
-        "error": row["error"],
-        "gates": {g: {"status": v["status"], "reason": v["reason"], "evidence": json.loads(v["evidence"])}
-                  for g, v in row["gates"].items()},
-    }
+def _read(command: str, label: str, path: str):
+    """The decoded source at ``path`` (as Python decodes it), or the exit code of a one-line error."""
+    from lethe.verifier.reference import read_source
+
+    try:
+        return read_source(path)
+    except FileNotFoundError:
+        return _fail(command, f"{label} file not found: {path}")
+    except (OSError, SyntaxError, UnicodeDecodeError, LookupError) as exc:
+        return _fail(command, f"cannot read {label} file {path}: {type(exc).__name__}: {exc}")
+
+
+def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: bool) -> Path:
+    """Write ``rows`` to the parquet file ``out`` (after the rows already there when ``append``), safely
+    under concurrency and crashes.
+
+    Parquet cannot be appended to in place, so an append is read, rewrite and rename. Two ``lethe verify
+    --append`` runs doing that at once lose one of the rows (each rewrites what it read before the other
+    wrote), and a reader of a half-written file sees a broken table. So the whole read-modify-write holds
+    an exclusive ``flock`` on a lock file beside ``out``, and the new table is written to a temporary file
+    in the same directory, fsynced and renamed over ``out`` (a rename within one file system is atomic), then
+    the directory is fsynced so that the rename survives a crash."""
+    from lethe.verifier import records
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lock_path = out.with_name(f".{out.name}.lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            old = records.read_rows(out) if (append and out.exists()) else []
+            tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+            try:
+                records.write_rows(old + list(rows), tmp)
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, out)
+            finally:
+                tmp.unlink(missing_ok=True)
+            dfd = os.open(out.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return out
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lethe.verifier import api, records
+    from lethe.verifier import api
+    from lethe.verifier.report import human_summary
+    from lethe.verifier.verdict import Verdict
 
-    row = api.verify_files(args.ref, args.cand, profile=args.profile, device=args.device, seed=args.seed,
-                           timeout_s=args.timeout, kernel_id=args.id or Path(args.cand).stem,
-                           corpus=args.corpus)
-    verdict = api.verdict(row)
-    if args.out:
-        out = Path(args.out)
-        rows = records.read_rows(out) if (out.exists() and args.append) else []
-        records.write_rows(rows + [row], out)
+    ref_src = _read("verify", "reference", args.ref)
+    if isinstance(ref_src, int):
+        return ref_src
+    cand_src = _read("verify", "candidate", args.cand)
+    if isinstance(cand_src, int):
+        return cand_src
+    gates = None
+    if args.gates:
+        from lethe.verifier.gates import GATE_IDS
+
+        gates = [g.strip().upper() for g in args.gates.split(",") if g.strip()]
+        unknown = [g for g in gates if g not in GATE_IDS]
+        if unknown:
+            return _fail("verify", f"unknown gate(s) {', '.join(unknown)}; gates are {', '.join(GATE_IDS)}")
+    row = api.verify(ref_src, cand_src, profile=args.profile, device=args.device, seed=args.seed,
+                     timeout_s=args.timeout, kernel_id=args.id or default_id(args.cand, cand_src),
+                     corpus=args.corpus, ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
+                     only_gates=gates,
+                     sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
+    v = Verdict.from_row(row)
     if args.json:
-        print(json.dumps(_json_summary(row, verdict), sort_keys=True))
+        print(json.dumps(v.to_json(), sort_keys=True))
     else:
-        _print_human(row, verdict)
-    return 0 if verdict == "pass" else 1
+        print(human_summary(row, v.verdict, rows_path=args.out or None))
+    if args.out:
+        try:
+            write_rows_locked(args.out, [row], append=args.append)
+        except Exception as exc:  # noqa: BLE001 - the verdict is printed; say why it was not stored
+            return _fail("verify", f"could not write {args.out}: {type(exc).__name__}: {exc}")
+    return v.exit_code
+
+
+def default_id(cand_path: str, cand_src: str) -> str:
+    """A row id that is unique per candidate: the file's stem plus the first 12 hex digits of the source's
+    SHA-256 (every ``cand.py`` of a corpus would otherwise be called ``cand``)."""
+    import hashlib
+
+    return f"{Path(cand_path).stem}-{hashlib.sha256(cand_src.encode()).hexdigest()[:12]}"
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from lethe.verifier import api, records
+    from lethe.verifier.report import escape
 
-    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id]
+    if not Path(args.rows).is_file():
+        return _fail("replay", f"rows file not found: {args.rows}")
+    for label, path in (("reference", args.ref), ("candidate", args.cand)):
+        if path is not None:
+            got = _read("replay", label, path)
+            if isinstance(got, int):
+                return got
+    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id
+            and (args.profile is None or r["profile"] == args.profile)]
     if not rows:
-        print(f"no row with id {args.id!r} in {args.rows}", file=sys.stderr)
-        return 2
-    res = api.replay(rows[0], args.gate, ref_path=args.ref, cand_path=args.cand)
+        return _fail("replay", f"no row with id {args.id!r} in {args.rows}")
+    if len({(r["profile"], r["seed"], r["sources"]) for r in rows}) > 1:
+        return _fail("replay", f"{len(rows)} different rows have id {args.id!r} in {args.rows}; "
+                               f"name one with --profile or give the rows unique ids")
+    try:
+        res = api.replay(rows[0], args.gate, ref_path=args.ref, cand_path=args.cand)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        return _fail("replay", f"{type(exc).__name__}: {exc}")
     if args.json:
         print(json.dumps(res, sort_keys=True))
     else:
         rec, new = res["recorded"], res["replayed"]
-        print(f"{res['id']} {res['gate']}: recorded {rec['status']} (seed {rec['seed']}), "
-              f"replayed {new['status']} (seed {new['seed']})"
+        print(escape(f"{res['id']} {res['gate']}: recorded {rec['status']} (seed {rec['seed']}), "
+                     f"replayed {new['status']} (seed {new['seed']})")
               + ("" if res["sources_match"] else "  [WARNING: sources changed since the row was written]"))
-        print("reproduces" if res["reproduces"] else f"DOES NOT reproduce\n  recorded: {rec['evidence'][:400]}\n"
-              f"  replayed: {new['evidence'][:400]}")
+        if res["reproduces"]:
+            print("reproduces")
+        else:
+            print(f"DOES NOT reproduce\n  recorded: {escape(rec['evidence'][:400])}\n"
+                  f"  replayed: {escape(new['evidence'][:400])}")
     return 0 if res["reproduces"] else 1
 
 
+def api_default(name: str):
+    from lethe.verifier import api
+
+    return getattr(api, name)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from lethe import __version__
     from lethe.verifier.gates import GATE_IDS
     from lethe.verifier.profiles import PROFILES
+    from lethe.verifier.verdict import EXIT_CODES
 
-    parser = argparse.ArgumentParser(prog="lethe", description="Contract-grade correctness verifier for GPU kernels.")
+    codes = "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
+    parser = argparse.ArgumentParser(prog="lethe", description="Contract-grade correctness verifier for GPU kernels.",
+                                     epilog=f"exit codes: {codes}")
+    parser.add_argument("--version", action="version", version=f"lethe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     v = sub.add_parser("verify", help="verify one candidate against one KernelBench-style reference")
@@ -98,19 +187,26 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     v.add_argument("--seed", type=int, default=0)
     v.add_argument("--timeout", type=float, default=300.0, help="candidate wall-clock budget in seconds")
-    v.add_argument("--id", default="", help="row id (default: candidate file stem)")
+    v.add_argument("--ref-timeout", type=float, default=api_default("REF_TIMEOUT_S"),
+                   help="float64 reference wall-clock budget in seconds (default %(default)g)")
+    v.add_argument("--ref-memory-mb", type=int, default=api_default("REF_MEMORY_MB"),
+                   help="float64 reference memory budget in MB (default %(default)d)")
+    v.add_argument("--id", default="", help="row id (default: candidate file stem + 12 hex digits of its SHA-256)")
+    v.add_argument("--gates", default="", help="comma-separated gate ids to run (default: all twelve)")
     v.add_argument("--corpus", default="")
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.add_argument("--out", default="", help="write the verdict row to this parquet file")
-    v.add_argument("--append", action="store_true", help="with --out: append to an existing file")
+    v.add_argument("--append", action="store_true",
+                   help="with --out: append to an existing file (atomic; safe for concurrent runs)")
     v.set_defaults(func=cmd_verify)
 
     r = sub.add_parser("replay", help="re-run one gate of one recorded row from its seed")
-    r.add_argument("rows", help="parquet file of lethe.verdict/1 rows")
+    r.add_argument("rows", help="parquet file of verdict rows (lethe.verdict/1 or /2)")
     r.add_argument("id")
     r.add_argument("gate", choices=list(GATE_IDS))
     r.add_argument("--ref", default=None, help="reference path (default: the one recorded in the row)")
     r.add_argument("--cand", default=None, help="candidate path (default: the one recorded in the row)")
+    r.add_argument("--profile", default=None, help="the row's profile, when several rows share the id")
     r.add_argument("--json", action="store_true")
     r.set_defaults(func=cmd_replay)
 
@@ -123,8 +219,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    from lethe.verifier.verdict import EXIT_HARNESS, EXIT_USAGE
+
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse: --help/--version exit 0, usage errors exit 2
+        return int(exc.code or 0) if exc.code in (0, None) else EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("lethe: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the verifier's own failure: one line, exit 4, traceback on request
+        if os.environ.get("LETHE_DEBUG"):
+            raise
+        from lethe.verifier.report import escape
+
+        print(f"lethe {getattr(args, 'command', '')}: internal error: {escape(type(exc).__name__)}: "
+              f"{escape(str(exc)[:400])} (set LETHE_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_HARNESS
 
 
 if __name__ == "__main__":

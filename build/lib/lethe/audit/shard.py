@@ -4,8 +4,15 @@ Why row-level checkpoints: an audit of thousands of kernels runs for hours and d
 nothing to do with any kernel (preemption, a node reboot, a killed Snakemake job). Every finished verdict is
 appended to a JSONL checkpoint and fsynced before the next kernel starts, so a restart skips exactly the
 finished (id, profile) pairs and loses at most the kernel that was in flight. A line cut short by a kill is
-detected and truncated away. The shard's parquet is written to a temporary file and renamed, so a reader
-never sees half a table.
+detected and truncated away; any other unreadable line (garbage, a ``{}``, a run of NUL bytes that a crash
+can leave on some file systems) is skipped with a warning and never costs the valid rows around it. The
+shard's parquet is written to a temporary file and renamed, so a reader never sees half a table.
+
+Why attempt markers: a kernel that kills the shard process itself (SIGKILL, a hard abort in the verifier's
+own process) would kill it again on every resume, and the audit would never finish. Before each
+verification the shard appends an attempt marker (fsynced) to a sidecar file beside the checkpoint
+(``<checkpoint>.attempts``); on resume, an item that was started ``max_attempts`` times and never got a row
+gets a ``crash`` row saying so instead of another attempt. It costs its own row only.
 
 The verifier is injected (``verify_fn``) so that tests and CI can use :func:`lethe.audit.testing.fake_verify`;
 by default it is ``lethe.verifier.api.verify``.
@@ -22,6 +29,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,6 +42,9 @@ TIMEOUT = "timeout"  # lethe.verifier.records' name for a candidate that ran out
 # Seconds the shard waits beyond the verifier's own timeout before it gives up on a call: the verifier is
 # expected to enforce timeout_s itself (its sandbox kills the candidate); this is the backstop.
 GRACE_S = 30.0
+# Attempts after which an item that keeps taking the shard process down with it gets a crash row.
+MAX_ATTEMPTS = 2
+CRASH = "crash"
 
 
 def default_verify() -> VerifyFn:
@@ -50,28 +61,151 @@ def resolve(spec: str | None) -> VerifyFn:
     return getattr(importlib.import_module(mod), fn)
 
 
-def read_checkpoint(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Finished rows of a checkpoint; a torn last line (process killed mid-write) is cut off the file."""
+def row_problem(obj: Any) -> str | None:
+    """Why a decoded checkpoint line is not a row the shard can resume from, or None when it is.
+
+    A resume keys rows by (id, profile), compares ``sources``, ``seed`` and ``environment`` with the item,
+    and writes every row to the shard's parquet; anything that would break one of those steps (a ``{}``, a
+    list, a non-integer seed, gates that are not a mapping, a field of the wrong type for the parquet
+    schema) is not a row."""
+    if not isinstance(obj, dict):
+        return f"not a JSON object ({type(obj).__name__})"
+    for k in ("id", "profile", "status"):
+        v = obj.get(k)
+        if isinstance(v, bool) or not isinstance(v, (str, int)) or v == "":
+            return f"field {k!r} missing or not a string"
+    if not isinstance(obj["profile"], str) or not isinstance(obj["status"], str):
+        return "profile and status must be strings"
+    seed = obj.get("seed", 0)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        return "seed is not an integer"
+    for k in ("sources", "environment", "error", "corpus", "device"):
+        if obj.get(k) is not None and not isinstance(obj[k], str):
+            return f"field {k!r} is not a string"
+    if obj.get("gates") is not None and not isinstance(obj["gates"], dict):
+        return "gates is not a mapping"
+    return None
+
+
+def _fits_schema(rows: list[dict[str, Any]]) -> list[str | None]:
+    """Per row, why it cannot be written with the shard's parquet schema (None when it can). One table
+    conversion for the common all-valid case; row by row only when that fails."""
+    import pyarrow as pa
+
+    schema = _arrow_schema()
+
+    def convert(batch: list[dict[str, Any]]) -> None:
+        full = [complete_row(r) for r in batch]
+        pa.Table.from_pylist([{f.name: r.get(f.name) for f in schema} for r in full], schema=schema)
+
+    try:
+        convert(rows)
+        return [None] * len(rows)
+    except Exception:  # noqa: BLE001 - find the culprits below
+        pass
+    out: list[str | None] = []
+    for r in rows:
+        try:
+            convert([r])
+            out.append(None)
+        except Exception as exc:  # noqa: BLE001 - any conversion failure makes it unusable
+            out.append(f"does not fit the verdict schema: {type(exc).__name__}: {str(exc)[:200]}")
+    return out
+
+
+def _scan_lines(path: Path) -> tuple[list[tuple[int, Any]], list[tuple[int, str]]]:
+    """Decoded JSON lines of a JSONL file as (line number, value), and the lines that did not decode as
+    (line number, why). A torn last line (no newline: the process was killed mid-write) is cut off the file,
+    so the next append starts on a fresh line; nothing else is ever removed from the file."""
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    if end != len(data):
+        with open(path, "r+b") as fh:
+            fh.truncate(end)
+            fh.flush()
+            os.fsync(fh.fileno())
+        data = data[:end]
+    good: list[tuple[int, Any]] = []
+    bad: list[tuple[int, str]] = []
+    for no, line in enumerate(data.split(b"\n")[:-1], start=1):
+        # NUL bytes are never part of a JSON text (json.dumps escapes them); a crash can leave runs of them
+        # where a write was lost, sometimes in front of a line that was written after it.
+        text = line.strip(b"\0 \t\r")
+        if not text:
+            if line:
+                bad.append((no, "only NUL bytes or blanks"))
+            continue
+        try:
+            good.append((no, json.loads(text)))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            bad.append((no, f"not JSON ({exc.__class__.__name__})"))
+    return good, bad
+
+
+def read_checkpoint(path: str | os.PathLike[str], *, skipped: list[tuple[int, str]] | None = None
+                    ) -> list[dict[str, Any]]:
+    """Finished rows of a checkpoint, in file order. A torn last line (process killed mid-write) is cut off
+    the file; every other line that is not a valid row (see :func:`row_problem`) is skipped with a warning
+    and, when ``skipped`` is given, recorded there as (line number, why). Never raises for bad content."""
     path = Path(path)
     if not path.exists():
         return []
-    data = path.read_bytes()
-    rows: list[dict[str, Any]] = []
-    good = 0
-    for line in data.splitlines(keepends=True):
-        if not line.endswith(b"\n"):
-            break
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-        good += len(line)
-    if good != len(data):
-        with open(path, "r+b") as fh:
-            fh.truncate(good)
-            fh.flush()
-            os.fsync(fh.fileno())
+    decoded, bad = _scan_lines(path)
+    cands: list[tuple[int, dict[str, Any]]] = []
+    for no, obj in decoded:
+        why = row_problem(obj)
+        if why is None:
+            cands.append((no, obj))
+        else:
+            bad.append((no, why))
+    rows = []
+    for (no, obj), why in zip(cands, _fits_schema([o for _, o in cands]) if cands else [], strict=True):
+        if why is None:
+            rows.append(obj)
+        else:
+            bad.append((no, why))
+    if bad:
+        bad.sort()
+        if skipped is not None:
+            skipped.extend(bad)
+        shown = "; ".join(f"line {no}: {why}" for no, why in bad[:5])
+        warnings.warn(f"{path}: skipped {len(bad)} checkpoint line(s) that are not verdict rows ({shown}"
+                      f"{'; ...' if len(bad) > 5 else ''})", RuntimeWarning, stacklevel=2)
     return rows
+
+
+def attempts_path(checkpoint: str | os.PathLike[str]) -> Path:
+    """The sidecar file of attempt markers beside a checkpoint."""
+    checkpoint = Path(checkpoint)
+    return checkpoint.with_name(checkpoint.name + ".attempts")
+
+
+def read_attempts(checkpoint: str | os.PathLike[str]) -> dict[str, int]:
+    """How many times each attempt key (:func:`attempt_key`) was started, from the sidecar file; lines that
+    are not markers are ignored (the file only ever serves to stop retrying)."""
+    path = attempts_path(checkpoint)
+    if not path.exists():
+        return {}
+    counts: dict[str, int] = {}
+    for _, obj in _scan_lines(path)[0]:
+        if isinstance(obj, dict) and isinstance(obj.get("key"), str):
+            counts[obj["key"]] = counts.get(obj["key"], 0) + 1
+    return counts
+
+
+def _verifier_digest() -> str:
+    try:
+        from lethe.verifier.api import code_digest
+    except Exception:  # noqa: BLE001 - a shard with a stand-in verifier runs without the real one
+        return ""
+    return code_digest()
+
+
+def attempt_key(item: Mapping[str, Any], profile: str, *, seed: int, code: str) -> str:
+    """What an attempt marker counts: the same kernel (id and both sources), profile, seed and verifier code.
+    A change to any of these is a new question, so earlier deaths do not count against it."""
+    blob = json.dumps([str(item["id"]), profile, item_sources(item), int(seed), code], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
 
 
 def _append(fh, row: Mapping[str, Any]) -> None:
@@ -123,9 +257,12 @@ def still_valid(row: Mapping[str, Any], sources: Mapping[str, str], *, seed: int
         got = json.loads(row.get("sources") or "{}")
     except (TypeError, ValueError):
         return False
-    if any(got.get(k) != v for k, v in sources.items()):
+    if not isinstance(got, dict) or any(got.get(k) != v for k, v in sources.items()):
         return False
-    if int(row.get("seed", -1)) != int(seed):
+    try:
+        if int(row.get("seed", -1)) != int(seed):
+            return False
+    except (TypeError, ValueError):
         return False
     if not _same_verifier_code(row):
         return False
@@ -158,11 +295,15 @@ def run_shard(
     corpus: str,
     shard_label: str = "",
     progress: bool = True,
+    max_attempts: int | None = MAX_ATTEMPTS,
 ) -> list[dict[str, Any]]:
     """Verify every (item, profile) not yet in ``checkpoint``; return all rows of this shard in item order.
 
     Corpus metadata (op_class, final_speedup) is attached to each row here, not by the verifier, so that the
     verdict never depends on it and aggregation can apply the funnel to every row.
+
+    An item whose verification was started ``max_attempts`` times on earlier runs without producing a row
+    (the shard process died each time) gets a ``crash`` row instead of another attempt; None retries forever.
     """
     from tqdm import tqdm
 
@@ -180,13 +321,26 @@ def run_shard(
     todo = [(it, p) for it in items for p in profiles if (str(it["id"]), p) not in done]
     bar = tqdm(total=len(items) * len(profiles), initial=len(items) * len(profiles) - len(todo),
                desc=f"audit {corpus} {shard_label}".strip(), unit="kernel", disable=not progress, file=sys.stderr)
-    with open(checkpoint, "a", encoding="utf-8") as fh:
+    code = _verifier_digest()
+    started = read_attempts(checkpoint)
+    with open(checkpoint, "a", encoding="utf-8") as fh, open(attempts_path(checkpoint), "a", encoding="utf-8") as afh:
         for it, prof in todo:
             kid = str(it["id"])
             t0 = time.monotonic()
+            akey = attempt_key(it, prof, seed=seed, code=code)
+            n_started = started.get(akey, 0)
             if not it.get("candidate"):
                 row: dict[str, Any] = {"status": NO_CANDIDATE, "error": it.get("extract_error") or "no candidate"}
+            elif max_attempts is not None and n_started >= max_attempts:
+                row = {"status": CRASH, "seconds": 0.0,
+                       "environment": json.dumps({"verifier_code": code} if code else {}, sort_keys=True),
+                       "error": f"the shard process died while verifying this item on {n_started} attempts "
+                                f"(no row was written; not retried again, max_attempts={max_attempts})"}
             else:
+                # Recorded (and fsynced) before the call: if this call takes the process down, the next run
+                # knows which item was in flight.
+                _append(afh, {"key": akey, "id": kid, "profile": prof, "attempt": n_started + 1})
+                started[akey] = n_started + 1
                 row = _guarded(verify_fn, timeout_s, ref_src=it["reference"], cand_src=it["candidate"],
                                profile=prof, device=device, seed=seed, kernel_id=kid, corpus=corpus)
             if not row.get("sources") or row.get("sources") == "{}":
@@ -194,7 +348,7 @@ def run_shard(
             row.update(id=kid, profile=prof, corpus=corpus, op_class=it.get("op_class"),
                        final_speedup=it.get("final_speedup"), shard=shard_label, device=row.get("device") or device,
                        seed=row.get("seed", seed))
-            if not row.get("seconds"):
+            if not row.get("seconds") and row.get("status") != CRASH:
                 row["seconds"] = round(time.monotonic() - t0, 3)
             row = complete_row(row)
             _append(fh, row)
@@ -290,11 +444,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=300)
     ap.add_argument("--verifier", default=None, help="module:function (default lethe.verifier.api:verify)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--max-attempts", type=int, default=MAX_ATTEMPTS,
+                    help="attempts (each ended by the shard process dying) before an item gets a crash row; "
+                         "0 or less retries forever")
     a = ap.parse_args(argv)
     items = shard(load_items(a.corpus_file, a.corpus), a.shard, a.shards)
     rows = run_shard(items, a.checkpoint, verify_fn=resolve(a.verifier), profiles=a.profiles.split(","),
                      device=a.device, seed=a.seed, timeout_s=a.timeout_s, corpus=a.corpus,
-                     shard_label=f"{a.shard + 1}/{a.shards}", progress=not a.no_progress)
+                     shard_label=f"{a.shard + 1}/{a.shards}", progress=not a.no_progress,
+                     max_attempts=a.max_attempts if a.max_attempts > 0 else None)
     write_parquet(rows, a.out)
     return 0
 

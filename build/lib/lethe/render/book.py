@@ -18,7 +18,7 @@ import yaml
 
 from lethe.render.env import TEMPLATE_DIR, markdown_env
 from lethe.render.figures import FIGURES
-from lethe.render.ledger import COLUMNS, status_counts
+from lethe.render.ledger import COLUMNS, summary
 from lethe.render.tables import Column, table_text, write_text
 
 FIGURE_SUFFIXES = (".png",)
@@ -107,7 +107,7 @@ def render_book(root: str | os.PathLike[str], rendered: Iterable[str], ledger_ro
         caption="Claims ledger (paper/claims.csv)", label="tab:claims-ledger",
     ).markdown
     text = markdown_env().get_template("book.md.j2").render(
-        sections=sections, ledger_counts=status_counts(ledger_rows), ledger_table=ledger.rstrip("\n"),
+        sections=sections, ledger=summary(ledger_rows), ledger_table=ledger.rstrip("\n"),
     )
     text = "\n".join(line.rstrip() for line in text.splitlines())
     while "\n\n\n" in text:

@@ -105,6 +105,11 @@ def _ints(text: Any) -> list[int]:
     return [int(t) for t in re.findall(r"-?\d+", str(text))]
 
 
+def _floats(text: Any) -> list[float]:
+    """All decimal numbers written in a string, in order ("a 1.1B model" gives [1.1]; a hyphen reads as minus)."""
+    return [float(t) for t in re.findall(r"-?\d+(?:\.\d+)?", str(text))]
+
+
 def _count(items: Any, value: Any) -> int:
     return sum(1 for x in items if x == value)
 
@@ -122,7 +127,7 @@ def _flatten(items: Any) -> list[Any]:
 FUNCTIONS = {
     "abs": abs, "all": all, "any": any, "len": len, "max": max, "min": min, "round": round, "sorted": sorted,
     "sum": sum, "zip": lambda *a: list(zip(*a, strict=True)), "list": list, "int": int, "float": float,
-    "ints": _ints, "count": _count, "flatten": _flatten, "isnan": math.isnan,
+    "ints": _ints, "floats": _floats, "count": _count, "flatten": _flatten, "isnan": math.isnan,
 }
 
 _BINOPS = {

@@ -72,44 +72,112 @@ def _sha(s: str) -> str:
     return hashlib.sha256(s.encode()).hexdigest()
 
 
-def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None, timeout_s: float = 600,
-                  memory_mb: int = 16384, runner=None, interpret: bool = False):
+# The float64 reference's own budget (wall clock, memory above the sandbox's preload). Generous: the reference
+# runs every probe in float64 on one CPU thread; callers narrow or widen it (lethe verify --ref-timeout,
+# --ref-memory-mb; verify(..., ref_timeout_s=, ref_memory_mb=)).
+REF_TIMEOUT_S = 600.0
+REF_MEMORY_MB = 16384
+
+
+def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None,
+                  timeout_s: float = REF_TIMEOUT_S, memory_mb: int = REF_MEMORY_MB, runner=None,
+                  interpret: bool = False):
     """Reference results for (source, seed[, gate filter]), cached per input set: the plan is a pure function
-    of these, so the key is the hash of the source, the seed, the plan version and the filter."""
+    of these, so the key is the hash of the source, the seed, the plan version and the filter. Only successful
+    runs are cached, so the budget (which decides success, never the results) is not part of the key.
+
+    Returns (sandbox status, result, arrays, raw sandbox result); when the reference cannot grade anything,
+    ``result["error"]`` says why, including which budget tripped and in which phase (:func:`reference_error`).
+    """
     key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret]))
     if key in _REF_CACHE:
         return _REF_CACHE[key]
+    disk_key = None
+    if runner is None:
+        # Shared across processes (lethe.verifier.refcache): on only where children are OS-isolated.
+        from lethe.verifier import refcache
+
+        disk_key = refcache.key(ref_src, seed, only_gates, interpret)
+        hit = refcache.load(disk_key)
+        if hit is not None:
+            result, arrays, meta = hit
+            from lethe.sandbox.runner import SandboxResult
+
+            raw = SandboxResult(status="ok", result=result, arrays=arrays, detail="from the reference cache",
+                                isolation=str(meta.get("isolation", "")), tamper_proof=bool(meta.get("tamper_proof")))
+            out = ("ok", result, arrays, raw)
+            _remember(key, out)
+            return out
     res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
                      payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
-                              "interpret": interpret},
+                              "interpret": interpret, "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
                      timeout_s=timeout_s, memory_mb=memory_mb, device="cpu")
-    out = (res.status, res.result or {}, res.arrays or {}, res)
-    if res.status == "ok" and (res.result or {}).get("ok"):
-        if len(_REF_CACHE) >= _REF_CACHE_MAX:
-            _REF_CACHE.pop(next(iter(_REF_CACHE)))
-        _REF_CACHE[key] = out
+    result = dict(res.result or {})
+    if res.status != "ok" or not result.get("ok"):
+        result["ok"] = False
+        result["error"] = reference_error(res, result, timeout_s=timeout_s, memory_mb=memory_mb)
+    out = (res.status, result, res.arrays or {}, res)
+    if res.status == "ok" and result.get("ok"):
+        _remember(key, out)
+        if disk_key is not None and getattr(res, "tamper_proof", False):
+            from lethe.verifier import refcache
+
+            refcache.store(disk_key, result, res.arrays or {}, isolation=res.isolation, tamper_proof=True)
     return out
+
+
+def _remember(key: str, out: tuple) -> None:
+    if len(_REF_CACHE) >= _REF_CACHE_MAX:
+        _REF_CACHE.pop(next(iter(_REF_CACHE)))
+    _REF_CACHE[key] = out
+
+
+def _last_phase(stderr_tail: str) -> str:
+    """The last phase the reference announced on stderr (lethe.verifier.reference.PHASE_MARK), or ""."""
+    from lethe.verifier.reference import PHASE_MARK
+
+    lines = [ln for ln in (stderr_tail or "").splitlines() if ln.startswith(PHASE_MARK)]
+    return lines[-1][len(PHASE_MARK):].strip() if lines else ""
+
+
+def reference_error(res, result: dict, *, timeout_s: float, memory_mb: int) -> str:
+    """Why the reference cannot grade: its own report when it made one (it names the budget and phase when a
+    limit tripped inside it), else what the sandbox saw, worded by the limit it enforced from outside."""
+    if res.status == "ok" and result.get("error"):
+        return str(result["error"])
+    phase = _last_phase(getattr(res, "stderr_tail", ""))
+    where = f" while {phase}" if phase else ""
+    detail = getattr(res, "detail", "") or ""
+    if res.status == "timeout":
+        return f"reference exceeded its {timeout_s:g} s time budget{where} (stopped by the sandbox: {detail})"
+    if res.status == "oom":
+        return f"reference exceeded its {memory_mb} MB memory budget{where} ({detail.splitlines()[0] if detail else 'oom'})"
+    return f"reference sandbox {res.status}{where}: {detail}"
 
 
 def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str = "auto", seed: int = 0,
            timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
            op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
-           constants: T.Constants = T.DEFAULT, runner=None) -> dict:
+           constants: T.Constants = T.DEFAULT, runner=None, ref_timeout_s: float = REF_TIMEOUT_S,
+           ref_memory_mb: int = REF_MEMORY_MB) -> dict:
     """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
-    and only for trusted fixture kernels.
+    and only for trusted fixture kernels. ``timeout_s``/``memory_mb`` bound the candidate's process,
+    ``ref_timeout_s``/``ref_memory_mb`` the float64 reference's.
     """
     return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
                            memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
-                           only_gates=only_gates, sources=sources, constants=constants, runner=runner)[0]
+                           only_gates=only_gates, sources=sources, constants=constants, runner=runner,
+                           ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb)[0]
 
 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
                     timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
                     op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
                     constants: T.Constants = T.DEFAULT, runner=None,
-                    aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None) -> list[dict]:
+                    aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None,
+                    ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -145,12 +213,12 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     # the interpreter runs every program of the grid in Python.
     interpret = dev == "cpu" and "triton" in cand_src
     rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
-                                              interpret=interpret)
+                                              interpret=interpret, timeout_s=ref_timeout_s,
+                                              memory_mb=ref_memory_mb)
     ran.append(("reference", rraw))
     t1 = lap("reference_s", t0)
     if rstatus != "ok" or not rres.get("ok"):
-        err = rres.get("error") or f"reference sandbox {rstatus}: {getattr(rraw, 'detail', '')}"
-        return finish(status="ref_broken", error=str(err)[:2000])
+        return finish(status="ref_broken", error=str(rres["error"])[:2000])
 
     if dev == "cpu" and CUDA_SOURCE.search(cand_src):
         return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
@@ -262,9 +330,12 @@ def failed_gates(row: dict) -> list[str]:
 
 
 def verify_files(ref_path: str | Path, cand_path: str | Path, **kw) -> dict:
+    """verify() on two source files, decoded as Python decodes them (BOM, PEP 263 coding line)."""
+    from lethe.verifier.reference import read_source
+
     ref_path, cand_path = Path(ref_path), Path(cand_path)
     kw.setdefault("sources", {"ref_path": str(ref_path), "cand_path": str(cand_path)})
-    return verify(ref_path.read_text(), cand_path.read_text(), **kw)
+    return verify(read_source(ref_path), read_source(cand_path), **kw)
 
 
 def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str | None = None,
@@ -279,8 +350,10 @@ def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str 
     new = verify_files(rp, cp, profile=row["profile"], device=row["device"], seed=int(row["seed"]),
                        kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner)
     old_g, new_g = row["gates"][gate], new["gates"][gate]
-    same_src = (_sha(Path(rp).read_text()) == src.get("ref_sha256")
-                and _sha(Path(cp).read_text()) == src.get("cand_sha256"))
+    from lethe.verifier.reference import read_source
+
+    same_src = (_sha(read_source(rp)) == src.get("ref_sha256")
+                and _sha(read_source(cp)) == src.get("cand_sha256"))
     return {"id": row["id"], "gate": gate, "recorded": old_g, "replayed": new_g,
             "row_status": new["status"], "sources_match": same_src,
             "reproduces": old_g["status"] == new_g["status"] and old_g["evidence"] == new_g["evidence"]}

@@ -10,14 +10,26 @@ be silently used as (or compared like) a reduced-precision candidate.
 reference source, builds the probe plan, materialises every probe's inputs and returns them together with the
 reference outputs, float64 autograd gradients (cross-checked by central finite differences) and the reference's
 initial weights, as plain arrays.
+
+A reference is also checked for the faults that would otherwise be charged to a candidate: it must return
+float64 for float64 inputs (a float32 output means it computes below the precision it is graded at), and two
+runs of its forward on the same base inputs must agree bit for bit (a reference that draws random numbers or
+keeps state is not a function a candidate can match). It runs under the time and memory budget the caller
+gives it (``payload["budget"]``); exceeding either ends the run with an error naming the limit and the phase
+it tripped in, instead of grinding through every probe.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib.util
 import math
+import random
+import signal
 import sys
 import tempfile
+import threading
+import tokenize
 import traceback
 import types
 from pathlib import Path
@@ -34,6 +46,51 @@ TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfl
 
 class ReferencePrecisionError(TypeError):
     """The float64 reference was handed a reduced-precision tensor (input, parameter or buffer)."""
+
+
+class ReferenceOverTime(BaseException):
+    """The reference ran past its time budget. A BaseException, so the reference's own ``except Exception``
+    clauses (and the verifier's per-probe ones) cannot swallow it."""
+
+
+class _Budget:
+    """The reference's time and memory budget and the phase it is in, for errors that say which limit
+    tripped and where. The phase is also written to stderr, so that when the sandbox has to stop the process
+    from outside (a C call that never returns to Python), the parent can still tell where it was."""
+
+    def __init__(self, budget: dict | None):
+        budget = budget or {}
+        self.memory_mb = budget.get("memory_mb")
+        self.timeout_s = budget.get("timeout_s")
+        self.phase = "starting"
+
+    def enter(self, phase: str) -> None:
+        self.phase = phase
+        try:
+            sys.stderr.write(f"{PHASE_MARK}{phase}\n")
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+
+    def memory_error(self, exc: BaseException) -> str:
+        limit = f"its {self.memory_mb} MB memory budget" if self.memory_mb else "the memory available to it"
+        return f"reference exceeded {limit} while {self.phase} ({type(exc).__name__}: {str(exc)[:300]})"
+
+    def time_error(self) -> str:
+        return f"reference exceeded its {self.timeout_s:g} s time budget while {self.phase}"
+
+
+# Prefix of the phase lines the reference writes to stderr (read back by lethe.verifier.api).
+PHASE_MARK = "lethe-reference-phase: "
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """True for an allocation failure: Python's MemoryError, torch's OutOfMemoryError, or the RuntimeError
+    torch's CPU allocator raises when RLIMIT_AS refuses it."""
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    low = str(exc).lower()
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in low or "out of memory" in low)
 
 
 class Float64Reference:
@@ -63,12 +120,31 @@ def load_source(src: str, name: str, workdir=None) -> dict:
     ``sys.modules`` so dataclasses and similar introspection work."""
     wd = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="lethe-src-"))
     path = wd / f"{name}.py"
-    path.write_text(src)
+    # Python drops a leading byte-order mark when it reads a file; compile() of a str refuses one.
+    src = src.removeprefix("\ufeff")
+    path.write_bytes(_file_bytes(src))
     mod = types.ModuleType(name)
     mod.__file__ = str(path)
     sys.modules[name] = mod
     exec(compile(src, str(path), "exec"), mod.__dict__)
     return mod.__dict__
+
+
+def _file_bytes(src: str) -> bytes:
+    """The source encoded the way its PEP 263 coding line (if any) says, so that what ``inspect`` and
+    ``linecache`` read back from the file is the text that was executed."""
+    try:
+        enc, _ = tokenize.detect_encoding(iter(src.encode("utf-8").splitlines(keepends=True)).__next__)
+        return src.encode("utf-8" if enc == "utf-8-sig" else enc)
+    except (SyntaxError, LookupError, UnicodeEncodeError):
+        return src.encode("utf-8", errors="surrogatepass")
+
+
+def read_source(path: str | Path) -> str:
+    """A Python source file's text decoded as the interpreter decodes it: a UTF-8 byte-order mark, or the
+    encoding a PEP 263 coding line names, else UTF-8 (``importlib.util.decode_source``). Raises OSError when
+    the file cannot be read, SyntaxError or UnicodeDecodeError when its bytes do not decode."""
+    return importlib.util.decode_source(Path(path).read_bytes()).removeprefix("\ufeff")
 
 
 def flatten(out: Any) -> list[torch.Tensor]:
@@ -149,12 +225,54 @@ def _fd_check(ref: Float64Reference, x64: list, ups: list[torch.Tensor], gin0: t
 
 def run_reference(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     """Sandbox entry point; see the module docstring. Never raises for a broken reference: it reports."""
+    budget = _Budget(payload.get("budget"))
+    restore = _arm_deadline(budget.timeout_s)
+    try:
+        return _run_reference(payload, workdir, budget)
+    except ReferenceOverTime:
+        return _fault("time", budget.time_error()), {}
+    finally:
+        restore()
+
+
+def _fault(kind: str, error: str, trace: str = "") -> dict:
+    """The result of a reference that cannot grade anything: ``fault`` names the kind (exception, memory,
+    time, reduced_precision_output, nondeterministic), ``error`` says what happened in words."""
+    out = {"ok": False, "fault": kind, "error": error}
+    if trace:
+        out["trace"] = trace
+    return out
+
+
+def _arm_deadline(timeout_s: float | None):
+    """Raise ReferenceOverTime in this process shortly before the sandbox's own wall clock would kill it, so
+    the error can say which phase overran. Only on the main thread (signals are delivered there); returns
+    the function that disarms it."""
+    if not timeout_s or threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    soft = max(0.5 * timeout_s, timeout_s - max(2.0, 0.05 * timeout_s))
+
+    def on_alarm(signum, frame):
+        raise ReferenceOverTime()
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, soft)
+
+    def restore() -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+    return restore
+
+
+def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]:
     torch.set_num_threads(1)
     torch.set_flush_denormal(False)
     seed = int(payload["seed"])
     only = set(payload.get("only_gates") or [])
     out_arrays: dict[str, np.ndarray] = {}
     try:
+        budget.enter("loading the reference (its module, get_init_inputs and Model(...))")
         ns = load_source(payload["ref_src"], "lethe_reference", workdir)
         for need in ("Model", "get_inputs", "get_init_inputs"):
             if need not in ns:
@@ -163,9 +281,13 @@ def run_reference(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         init = list(ns["get_init_inputs"]())
         torch.manual_seed(seed)
         model = ns["Model"](*init)
+        budget.enter("building inputs for the probe plan (get_inputs)")
         plan = P.build_plan(ns, seed, interpret=bool(payload.get("interpret")))
     except Exception as exc:  # noqa: BLE001 - a broken reference is a row status, reported not raised
-        return {"ok": False, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-4000:]}, {}
+        if is_memory_error(exc):
+            exc.__traceback__ = None
+            return _fault("memory", budget.memory_error(exc)), {}
+        return _fault("exception", f"{type(exc).__name__}: {exc}", traceback.format_exc()[-4000:]), {}
 
     init_json: list = []
     for i, v in enumerate(init):
@@ -189,7 +311,19 @@ def run_reference(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     for probe in plan:
         if only and probe.id != "rand0" and not (set(probe.gates) & only):
             continue
-        metas.append(_run_probe(ns, model64, states, probe, seed, out_arrays))
+        meta = _run_probe(ns, model64, states, probe, seed, out_arrays, budget)
+        metas.append(meta)
+        if probe.id != "rand0":
+            continue
+        # The base probe decides whether this reference can grade anything: when it cannot, nothing after
+        # it is worth running (a huge or broken reference would otherwise grind through every probe).
+        if meta["status"] != "ok":
+            kind = meta.get("fault") or "exception"
+            return _fault(kind, meta["reason"] if kind == "memory"
+                          else f"reference cannot run its own inputs: {meta['reason']}"), {}
+        fault = _base_faults(ns, model64, states, probe, seed, out_arrays, meta, budget)
+        if fault is not None:
+            return _fault(*fault), {}
     base = next((m for m in metas if m["id"] == "rand0"), None)
     ok = base is None or base["status"] == "ok"
     result = {
@@ -204,37 +338,121 @@ def run_reference(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     return result, out_arrays
 
 
-def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict) -> dict:
+# Seed of the global generators for the determinism re-run: any value other than the one the first run saw
+# (which is whatever get_inputs left behind), so a forward that draws random numbers draws different ones.
+_RERUN_SEED_OFFSET = 0x5EED
+
+
+def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict, meta: dict,
+                 budget: _Budget) -> tuple[str, str] | None:
+    """(kind, error) when the reference itself is unfit to grade with, judged on its base probe; else None.
+
+    Two faults a candidate must never be charged for: floating outputs below float64 for float64 inputs
+    (the reference then carries the rounding the gates measure, so an exact candidate could fail and a
+    candidate with the same rounding pass), and a forward that gives different bits on a second run with
+    the same inputs and weights (random draws, hidden state, uninitialised memory): there is no one answer
+    to compare against. The second run costs one more base forward."""
+    low = [(k, o["dtype"]) for k, o in enumerate(meta.get("outputs", []))
+           if o["dtype"] in ("float32", "float16", "bfloat16")]
+    if low:
+        k, dt = low[0]
+        return ("reduced_precision_output",
+                f"reference returns {dt} (output {k}) when run in float64: it computes below float64, so its "
+                f"outputs cannot grade a candidate (cast it to the input dtype, not to a fixed one)")
+    pid = probe.id
+    budget.enter(f"re-reading the inputs of probe {pid} (determinism check)")
+    try:
+        # The very inputs of the first run (as shipped to the candidate), not a second get_inputs() call: the
+        # question is whether the forward is a function of its inputs.
+        inputs = [torch.from_numpy(arrays[s["key"]].copy()) if s["t"] == "tensor" else s["v"]
+                  for s in meta["inputs"]]
+        model64.load_state_dict(states[probe.dtype])
+        ref = Float64Reference(model64)
+        x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
+               (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+        torch.manual_seed(seed + _RERUN_SEED_OFFSET)
+        np.random.seed((seed + _RERUN_SEED_OFFSET) % (1 << 32))
+        random.seed(seed + _RERUN_SEED_OFFSET)
+        budget.enter(f"re-running the forward on probe {pid} (determinism check)")
+        with torch.no_grad():
+            outs = [o.detach() for o in flatten(ref(*x64))]
+    except Exception as exc:  # noqa: BLE001 - a reference that runs once and then raises is not a function
+        if is_memory_error(exc):
+            exc.__traceback__ = None
+            return "memory", budget.memory_error(exc)
+        return ("nondeterministic", f"reference ran its base inputs once but raised on a second run with the "
+                                    f"same inputs: {type(exc).__name__}: {str(exc)[:300]}")
+    n_first = len(meta.get("outputs", []))
+    if len(outs) != n_first:
+        return ("nondeterministic", f"reference returned {n_first} tensors on its base inputs and {len(outs)} "
+                                    f"on a second run with the same inputs")
+    for k, o in enumerate(outs):
+        first, again = arrays[f"p/{pid}/ref{k}"], to_np(o)
+        if first.shape != again.shape or first.dtype != again.dtype or first.tobytes() != again.tobytes():
+            diff = ""
+            if first.shape == again.shape and first.dtype.kind == "f" and again.dtype.kind == "f":
+                d = np.abs(first.astype(np.float64) - again.astype(np.float64))
+                d = d[np.isfinite(d)]
+                diff = f", largest difference {float(d.max()) if d.size else float('nan'):.3g}"
+            return ("nondeterministic",
+                    f"reference is nondeterministic: two runs of its forward on the same base inputs "
+                    f"(probe {pid}) differ in output {k}{diff} (random draws, hidden state or uninitialised "
+                    f"memory in forward); there is no single answer to grade a candidate against")
+    return None
+
+
+def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
+               budget: _Budget | None = None) -> dict:
+    budget = budget or _Budget(None)
     pid = probe.id
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
                             "dtype": probe.dtype, "patch": [list(p) for p in probe.patch], "status": "ok",
                             "reason": ""}
+
+    def out_of_memory(exc: BaseException) -> dict:
+        # What this probe already stored is dropped: it is never graded, and the memory is what ran out.
+        for k in [k for k in arrays if k.startswith(f"p/{pid}/")]:
+            del arrays[k]
+        exc.__traceback__ = None
+        meta.update(status="na", fault="memory", reason=budget.memory_error(exc)[:500])
+        return meta
+
+    budget.enter(f"building inputs for probe {pid}")
     try:
         inputs = P.make_inputs(ns, probe, seed)
         alt = None
         if probe.action == "overwrite":
             alt = P.make_inputs(ns, P.Probe(pid + "_alt", "rand", (), draw=1), seed)
     except Exception as exc:  # noqa: BLE001 - the reference decides which variants are valid
+        if is_memory_error(exc):
+            return out_of_memory(exc)
         meta.update(status="na", reason=f"reference get_inputs failed: {type(exc).__name__}: {exc}"[:500])
         return meta
-    specs = []
-    for j, x in enumerate(inputs):
-        if isinstance(x, torch.Tensor):
-            arrays[f"p/{pid}/in{j}"] = to_np(x)
-            specs.append({"t": "tensor", "key": f"p/{pid}/in{j}", "dtype": str(x.dtype).replace("torch.", ""),
-                          "shape": list(x.shape)})
-        else:
-            specs.append({"t": "value", "v": jsonable(x)})
-    if alt is not None:
-        for j, x in enumerate(alt):
+    try:
+        specs = []
+        for j, x in enumerate(inputs):
             if isinstance(x, torch.Tensor):
-                arrays[f"p/{pid}/alt{j}"] = to_np(x)
-    meta["inputs"] = specs
+                arrays[f"p/{pid}/in{j}"] = to_np(x)
+                specs.append({"t": "tensor", "key": f"p/{pid}/in{j}", "dtype": str(x.dtype).replace("torch.", ""),
+                              "shape": list(x.shape)})
+            else:
+                specs.append({"t": "value", "v": jsonable(x)})
+        if alt is not None:
+            for j, x in enumerate(alt):
+                if isinstance(x, torch.Tensor):
+                    arrays[f"p/{pid}/alt{j}"] = to_np(x)
+        meta["inputs"] = specs
 
-    model64.load_state_dict(states[probe.dtype])
-    ref = Float64Reference(model64)
-    x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
-           (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+        model64.load_state_dict(states[probe.dtype])
+        ref = Float64Reference(model64)
+        x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
+               (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+    except Exception as exc:  # noqa: BLE001 - only running out of memory is handled here
+        if is_memory_error(exc):
+            return out_of_memory(exc)
+        raise
+    budget.enter(f"running the {'forward and backward' if probe.action == 'backward' else 'forward'} "
+                 f"on probe {pid}")
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 1)
     try:
         if probe.action == "backward":
@@ -310,6 +528,8 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
                         arrays[f"p/{pid}/sens{k}"] = to_np(sk)
                 meta["offset"] = {k: cond[k] for k in ("offset", "draws", "invariance_dev")}
     except Exception as exc:  # noqa: BLE001 - an input the reference cannot run is "na" for its gate
+        if is_memory_error(exc):
+            return out_of_memory(exc)
         meta.update(status="na", reason=f"reference raised: {type(exc).__name__}: {exc}"[:500])
         return meta
     if not outs:
