@@ -1,0 +1,42 @@
+"""The README's quickstart works as printed: its `lethe verify` lines and its Python line run from the checkout
+(the `pip install .` line is the editable install this suite runs in; the audit line is
+tests/audit/test_batch.py's command on a larger folder)."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _quickstart() -> list[str]:
+    lines = ROOT.joinpath("README.md").read_text().splitlines()
+    block = []
+    for line in lines[1:]:
+        if line.startswith("    "):
+            block.append(line.strip())
+        elif block:
+            break
+    return [ln.split("  #")[0].strip() for ln in block]
+
+
+def test_quickstart_is_five_lines_starting_with_the_install():
+    q = _quickstart()
+    assert len(q) == 5 and q[0] == "pip install ." and q[1].startswith("lethe verify")
+
+
+@pytest.mark.slow
+def test_quickstart_commands_work_as_printed():
+    q = _quickstart()
+    lethe = str(Path(sys.executable).with_name("lethe"))
+    good = subprocess.run([lethe, *shlex.split(q[1])[1:]], cwd=ROOT, capture_output=True, text=True)
+    assert good.returncode == 0 and "verdict: pass" in good.stdout, good.stdout + good.stderr
+    bad = subprocess.run([lethe, *shlex.split(q[2])[1:]], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 1 and "failures by probe" in bad.stdout and "replay: lethe replay" in bad.stdout, bad.stdout
+    py = subprocess.run([sys.executable, *shlex.split(q[4])[1:]], cwd=ROOT, capture_output=True, text=True)
+    assert py.returncode == 0 and "'passed': True" in py.stdout, py.stdout + py.stderr
