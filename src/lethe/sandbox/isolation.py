@@ -268,6 +268,10 @@ def _blocked_ancestors(paths: list[str], uid: int) -> dict[str, set[str]]:
 
 def _needed_paths(rw: list[str]) -> list[str]:
     need = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, sys.exec_prefix, *rw}
+    # A shared, prebuilt extension cache (LETHE_SANDBOX_EXTENSIONS_DIR) may live outside the run directory.
+    for var in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR"):
+        if os.environ.get(var) and os.path.isdir(os.environ[var]):
+            need.add(os.path.realpath(os.environ[var]))
     # Every imported module lives under one of these (the import system found it there); walking sys.modules
     # instead would cost a realpath per module, thousands with torch loaded, on every run.
     for p in sys.path + os.environ.get("PYTHONPATH", "").split(os.pathsep):

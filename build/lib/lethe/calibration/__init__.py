@@ -1,1 +1,0 @@
-"""Threshold calibration of the battery's thresholded gates (honest floor, trip point, defect onset, margins)."""

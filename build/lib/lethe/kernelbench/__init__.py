@@ -1,1 +1,0 @@
-"""KernelBench's correctness check (paper-era and hardened), its agreement study and the differential."""
