@@ -30,6 +30,7 @@ test: setup
 lint: setup
 	$(BIN)/ruff check src tests kernels workflow/scripts
 	$(BIN)/snakemake --lint
+	$(BIN)/snakemake --lint --config compute=all
 
 clean-venv:
 	rm -rf $(VENV)

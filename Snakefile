@@ -33,3 +33,8 @@ rule all:
     default_target: True
     input:
         RENDER_TARGETS,
+
+
+# Render rules (every rule outside a <stage>_compute.smk) run on the submitting host under a cluster executor:
+# seconds of CPU each, where a SLURM job would cost minutes of queueing.
+workflow.localrules(*(r.name for r in workflow.rules if not str(r.snakefile).endswith("_compute.smk")))

@@ -28,7 +28,7 @@ rule corpora_fetch:
     output:
         f"{config['corpora']['cache_dir']}/{{dataset}}/{{revision}}/{{filename}}",
     params:
-        cache_dir=config["corpora"]["cache_dir"],
+        cache_dir=lambda w, output: os.path.dirname(os.path.dirname(os.path.dirname(output[0]))),
     log:
         "logs/audit/fetch_{dataset}_{revision}_{filename}.log",
     script:

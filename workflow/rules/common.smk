@@ -1,4 +1,5 @@
 # Shared helpers for every stage: config validation, the render-target registry, compute switches.
+import glob
 import os
 import sys
 
@@ -37,3 +38,12 @@ def compute_enabled(stage):
 def python_cmd():
     """The interpreter the workflow itself runs under, so scripts see the same environment."""
     return sys.executable
+
+
+# Source files of one kernel suite (data/<suite>/<member>/*.py and manifest.yaml): the red_team compute rules'
+# inputs, so that editing a kernel re-runs its suite.
+def _suite_files(suite):
+    return sorted(
+        glob.glob(os.path.join(workflow.basedir, "data", suite, "*", "*.py"))
+        + glob.glob(os.path.join(workflow.basedir, "data", suite, "*", "manifest.yaml"))
+    )

@@ -12,7 +12,7 @@ rule gdn_ladder:
         result="results/gdn/ladder.json",
         provenance="results/gdn/ladder.provenance.json",
     params:
-        out="results/gdn",
+        out=lambda w, output: os.path.dirname(output.result),
     log:
         "logs/gdn/ladder.log",
     resources:
@@ -29,7 +29,7 @@ rule gdn_ladder_fla:
     output:
         result="results/gdn/ladder_fla.json",
     params:
-        out="results/gdn",
+        out=lambda w, output: os.path.dirname(output.result),
     log:
         "logs/gdn/ladder_fla.log",
     resources:
@@ -47,7 +47,7 @@ rule gdn_train_family:
         result="results/gdn/train_family.json",
         provenance="results/gdn/train_family.provenance.json",
     params:
-        out="results/gdn",
+        out=lambda w, output: os.path.dirname(output.result),
     log:
         "logs/gdn/train_family.log",
     resources:
@@ -67,7 +67,7 @@ rule gdn_train_seeds:
         result="results/gdn/train_seeds.json",
         provenance="results/gdn/train_seeds.provenance.json",
     params:
-        out="results/gdn",
+        out=lambda w, output: os.path.dirname(output.result),
         variant="fwd3x=wy_a_kernel:PREC=tf32x3,wy_apply_kernel:PREC=tf32x3,state_fwd_kernel:PREC=tf32x3",
     log:
         "logs/gdn/train_seeds.log",
@@ -86,7 +86,7 @@ rule gdn_train_seeds_fp32control:
         result="results/gdn/train_seeds_fp32control.json",
         provenance="results/gdn/train_seeds_fp32control.provenance.json",
     params:
-        out="results/gdn",
+        out=lambda w, output: os.path.dirname(output.result),
     log:
         "logs/gdn/train_seeds_fp32control.log",
     resources:

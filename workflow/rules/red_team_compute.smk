@@ -3,13 +3,6 @@
 # CPU: Triton candidates run under the interpreter (seconds to a minute per kernel on 2 cores).
 
 
-def _suite_files(suite):
-    return sorted(
-        glob.glob(os.path.join(workflow.basedir, "data", suite, "*", "*.py"))
-        + glob.glob(os.path.join(workflow.basedir, "data", suite, "*", "manifest.yaml"))
-    )
-
-
 rule red_team:
     conda:
         CONDA_ENV
