@@ -103,8 +103,11 @@ def write_rows(rows: list[dict], path: str | Path) -> Path:
         validate(r)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table = pa.Table.from_pylist([{f.name: r.get(f.name, _V1_DEFAULTS.get(f.name)) for f in ARROW_SCHEMA}
-                                  for r in rows], schema=ARROW_SCHEMA)
+    # Rows keep the schema they name: a file of /1 rows (results made before isolation was recorded, re-written
+    # by their ingest) stays a /1 file byte for byte; any /2 row makes it a /2 file, /1 rows read as not recorded.
+    schema = ARROW_SCHEMA_V1 if rows and all(r["schema"] == "lethe.verdict/1" for r in rows) else ARROW_SCHEMA
+    table = pa.Table.from_pylist([{f.name: r.get(f.name, _V1_DEFAULTS.get(f.name)) for f in schema}
+                                  for r in rows], schema=schema)
     pq.write_table(table, path)
     return path
 
