@@ -169,3 +169,18 @@ def test_unavailable_isolation_is_reported_not_hidden(monkeypatch, fast):
     res = run_isolated("lethe.sandbox.testing:echo", **fast)
     assert res.status == "ok", res.detail
     assert res.isolation == "none: pretend: not root" and res.tamper_proof is False
+
+
+@pytest.mark.parametrize("overrides", [None, {"SOME_SETTING": "1"}])
+def test_the_verifiers_secrets_do_not_reach_a_child(monkeypatch, fast, overrides):
+    # Credentials in the verifier's environment are not a child's to read (with or without run overrides);
+    # what the GPU stack and the locale need is passed on.
+    monkeypatch.setenv("MY_API_TOKEN", "s3cr3t")
+    monkeypatch.setenv("CUDA_CACHE_MAXSIZE", "123")
+    res = run_isolated("lethe.sandbox.testing:env_probe", payload={"extra_keys": ["MY_API_TOKEN", "CUDA_CACHE_MAXSIZE",
+                                                                                 "SOME_SETTING"]},
+                       env=overrides, **fast)
+    assert res.status == "ok", res.detail
+    got = res.result["env"]
+    assert got["MY_API_TOKEN"] is None and got["CUDA_CACHE_MAXSIZE"] == "123"
+    assert got["SOME_SETTING"] == (overrides or {}).get("SOME_SETTING")

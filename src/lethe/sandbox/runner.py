@@ -288,8 +288,21 @@ def _kill_everything(proc: subprocess.Popen, seen: dict[int, Any]) -> None:
         pass
 
 
+# What a child inherits from the verifier's environment: locale, search paths, and what the GPU stack, the
+# compilers and Triton read. Nothing else: the verifier's environment may hold credentials (tokens, keys),
+# and a child (the candidate, or a corpus's reference) must not be able to read them from its own environment.
+INHERITED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "TERM", "LD_LIBRARY_PATH", "CC", "CXX",
+                             "MAX_JOBS", "SSL_CERT_FILE"})
+INHERITED_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "CUDNN_", "NCCL_", "TRITON_", "TORCH_", "PYTORCH_", "FLA_")
+
+
+def inherited_environment() -> dict[str, str]:
+    """The part of this process's environment that every child starts from (``INHERITED_*``)."""
+    return {k: v for k, v in os.environ.items() if k in INHERITED_NAMES or k.startswith(INHERITED_PREFIXES)}
+
+
 def _child_env(base: dict[str, str] | None, work: Path, device: str, omp_threads: int) -> dict[str, str]:
-    env = dict(os.environ) if base is None else {}
+    env = inherited_environment()
     home = work / ".home"
     tmp = work / ".tmp"
     home.mkdir(parents=True, exist_ok=True)
