@@ -1,6 +1,7 @@
 """Figures in the README and the docs are rendered from their result files, and a stale one fails here."""
 
 import json
+import re
 
 import pytest
 
@@ -84,3 +85,33 @@ def test_readme_and_docs_figures_match_their_sources(repo):
     files = ["README.md", *sorted(str(p.relative_to(repo)) for p in (repo / "docs").glob("*.md"))]
     assert sum(len(find((repo / f).read_text(encoding="utf-8"), f)) for f in files) > 0
     assert check(files, repo) == []
+
+
+REFERENCE_DOCS = ("docs/native.md", "docs/gdn.md")
+# A commit sha (7-40 hex digits with at least one digit and one letter), a device-call id, or an "Nth build".
+DIARY = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bcalls? ?\d+\b|"
+                   r"\b(?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|\d+th) build\b",
+                   re.IGNORECASE)
+
+
+def _prose(text: str) -> str:
+    """The text a reader sees as prose: without code (fenced or inline), rendered figures and their definitions."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.DOTALL | re.MULTILINE)
+    text = re.sub(r"<!--.*?-->", "", text, flags=re.DOTALL)
+    return re.sub(r"`[^`\n]+`", "", text)
+
+
+def test_diary_marks_are_caught():
+    """The history check itself: a sha, a call id or a build ordinal in prose is found; the same inside code is not."""
+    assert DIARY.search(_prose("measured at 45d2c98 in call18"))
+    assert DIARY.search(_prose("the ninth build's forward"))
+    assert not DIARY.search(_prose("see `results/gdn/fla_compare_45d2c98/` and `call18`; d_v 128, 3xTF32"))
+
+
+def test_reference_docs_carry_no_history(repo):
+    """docs/native.md and docs/gdn.md are design and usage reference: which build, commit or device call did what
+    belongs in git and the experiments' READMEs, so their prose names no commit sha, call id or build ordinal
+    (paths in code spans may still name a result folder)."""
+    for doc in REFERENCE_DOCS:
+        hits = [m.group() for m in DIARY.finditer(_prose((repo / doc).read_text(encoding="utf-8")))]
+        assert hits == [], (doc, hits)
