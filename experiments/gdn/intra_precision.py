@@ -3,7 +3,7 @@
 ``intra_bwd_kernel`` runs its products in single-pass TF32 (triton_bwd.INTRA_PRECISION: 3xTF32 does not fit its
 shared memory at 8 warps). fla_compare part (a) found our one cell above the 5e-3 pin there -- sgdn, d_v 128,
 T 4096, dbeta 5.97e-3 -- while the same cell through the float32 torch path is within 4e-7 of float64 and the
-bf16 rounding of the result alone is 2.85e-3 (CPU replay, docs/gdn.md §8). Variants of the kernel's launch entry
+bf16 rounding of the result alone is in results/gdn/broadcast_sum_replay.json (CPU replay, docs/gdn.md §8). Variants of the kernel's launch entry
 ("default" plus ``--variant NAME=intra_bwd_kernel:KEY=VAL[,...]``, e.g. PREC=tf32rn, or PREC=tf32x3,num_warps=4)
 are compared per cell:
 

@@ -232,7 +232,7 @@ def main(argv=None):
     # the checks run at the timed size by default: fla autotunes on its first call, and its tuning keys ignore the
     # batch, so a check at a small batch left fla timed with configurations tuned for that batch (the committed
     # calls checked at 2^14 head-tokens; fla's fwd+bwd medians there are 10-18% above kernel_profile's call18 at the
-    # same cells, its backward's 2-8%: docs/native.md)
+    # same cells, its backward's: the note of paper/tables/gdn_scalar_gate_time.md)
     ap.add_argument("--check-head-tokens", type=int, default=None, help="default: --head-tokens")
     ap.add_argument("--H", type=int, default=2)
     ap.add_argument("--K", type=int, default=128)

@@ -128,7 +128,7 @@ class ChunkGDNFunction(torch.autograd.Function):
         # broadcast gradients in float32 before the one rounding to the caller's dtype. Broadcast outside, autograd
         # would sum gradients already rounded to bf16 -- 128 or 256 roundings of 2^-9 each, with cancellation:
         # KDA's dbeta at d_v 128, T 4096 was 5.30e-3 from the float64 oracle with float32-grade products, against
-        # 2.85e-3 for the rounding of the exact result alone (docs/gdn.md §8).
+        # the rounding of the exact result alone (results/gdn/broadcast_sum_replay.json; docs/gdn.md §8).
         g, b, w = (x if x is None else x.contiguous() for x in gates_for_member(member, q, v, g_own, b_own, w_own))
         ctx.member = member
         ctx.own = [(x.dim(), x.dtype) if x is not None else None for x in (g_own, b_own, w_own)]
@@ -202,7 +202,7 @@ def chunk_family(q, k, v, g=None, b=None, w=None, member: str = "gdn", scale=Non
     bf16/fp16 inputs under the default ``dot_precision``; its products feed only o). A, W/U and the state scan
     follow the same "auto" rule through their launch entries (kernels/gdn/triton_fwd.FWD_LAUNCH, ``PREC``), so
     bf16/fp16 inputs get TF32 products rounded to nearest in the forward unless ``dot_precision`` is set to
-    another value than the default (3xTF32 throughout: docs/gdn.md §3). The torch and native backends ignore them.
+    another value than the default (docs/gdn.md §3 says which precision each product then takes). The torch and native backends ignore them.
 
     ``gate_form``: "auto" (the default) runs KDA with a per-head g (the scalar-gate gated delta rule) on its own
     Triton kernels (:mod:`lethe.kernels.gdn.scalar_gate`) under the triton, hybrid and hybrid-tc backends; "general"

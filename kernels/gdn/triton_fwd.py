@@ -40,7 +40,7 @@ from .fwd_options import (
 GAMMA_FLOOR = -80.0
 
 # Launch configuration per kernel ("BV" is an upper bound: min(V, BV) is used). Chosen from ahead-of-time compiles
-# for sm_90a at d_k = 128, chunk 64, d_v in {64, 128} (experiments/gdn/triton_aot.py; table in docs/gdn.md §7):
+# for sm_90a at d_k = 128, chunk 64, d_v in {64, 128} (experiments/gdn/triton_aot.py; results/gdn/triton_aot.json):
 # with num_stages=1 every kernel fits the H200's 232,448 B of shared memory per block. Pass it explicitly: Triton's
 # default of 3 software-pipelines the chunk loops and multiplies the shared memory (the backward's state_bwd_kernel
 # asks for 394,240-443,392 B with it). Within that, the warp count / V-block was picked for the fewest register spills. The
@@ -67,7 +67,7 @@ FWD_LAUNCH = {
     # by its bound (results/gdn/fwd_error_sources.json); on the H200 the Triton ladder with all three at "tf32rn"
     # passed every bf16/fp16 arm (28/28, worst 4.84e-3 as before) but not the float32 tile rung (the WY inverse of
     # a float32 tile 9.4e-5 against its 1e-5 pin), hence 16-bit inputs only; the ladders at the adopting commit
-    # (results/gdn/ladder.json, ladder_hybrid_tc.json) ran it as the default. Timings: docs/native.md.
+    # (results/gdn/ladder.json, ladder_hybrid_tc.json) ran it as the default. Timings: paper/tables/native_profile.md, results/gdn/launch_sweep/.
     "state_fwd_kernel": dict(BV=32, KEND=1, num_warps=4, num_stages=1, PREC="auto"),
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)

@@ -22,7 +22,7 @@ _CACHE: dict[tuple, object] = {}
 
 
 def pick_tile(V: int, BH: int, min_ctas: int = 128) -> tuple[int, int]:
-    """(BV, split): 64-column tiles when they still give every SM a CTA, else 32 (H200 timings, docs/native.md:
+    """(BV, split): 64-column tiles when they still give every SM a CTA, else 32 (H200 timings: paper/tables/native_bench.md;
     BV=64 won whenever it gave >= 128 CTAs, BV=32 at B*H=64, d_v=64 where BV=64 gives 64 CTAs for 132 SMs);
     256 threads at K=128."""
     if V % 64 == 0 and BH * (V // 64) >= min_ctas:

@@ -6,8 +6,8 @@ Same K1 as :mod:`.k1_hopper` (the SIMT float32 kernel that runs on the H200) and
 
     dS_next[n] = dS;   dd[n] = P_n^T dO_n + Kend_n dS;   dS <- Diag(GC_n) dS + Qg_n^T dO_n - Wm_n^T dd[n]
 
-Why: the kernel profile on the H200 (docs/native.md) puts our Triton scan at 20 ms and fla's at 0.78 ms for 2^20
-head-tokens; the SIMT kernel (11 ms) is shared-memory bound. This one runs the four products on wgmma (bf16
+Why: the kernel profile on the H200 (paper/tables/native_profile.md) puts our Triton scan far behind fla's at 2^20
+head-tokens, and the SIMT kernel is shared-memory bound. This one runs the four products on wgmma (bf16
 operands, fp32 accumulation) with **dS resident in registers in fp32 across the whole chunk loop**.
 
 One CTA per (batch*head), 256 threads = two warpgroups. dS [K=128, V] is the accumulator of a tiled MMA with two
