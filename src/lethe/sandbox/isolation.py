@@ -339,8 +339,9 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
         os.chdir(cwd)
     except OSError:
         pass
+    gpu_groups = _device_groups()
     try:
-        os.setgroups([])
+        os.setgroups(gpu_groups)
         os.setresgid(uid, uid, uid)
         last = int(Path("/proc/sys/kernel/cap_last_cap").read_text())
         for cap in range(last + 1):
@@ -354,17 +355,34 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
         # Changing credentials clears the parent-death signal: set it again.
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
-    missing += _verify(uid, rw)
+    missing += _verify(uid, rw, gpu_groups)
     ok = not missing
     return {"isolation": FULL if ok else "partial: missing " + "; ".join(missing) + (
         f" (applied: {', '.join(applied)})" if applied else ""), "tamper_proof": ok,
         "applied": applied, "missing": missing}
 
 
-def _verify(uid: int, rw: list[str]) -> list[str]:
+def _device_groups() -> list[int]:
+    """Groups that own GPU device nodes the leased uid could not open otherwise (e.g. ``/dev/nvidia*`` at mode
+    0660): the child keeps exactly those as supplementary groups, so CUDA works and nothing else is granted."""
+    gids = set()
+    for name in ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", *sorted(
+            os.path.join("/dev", n) for n in (os.listdir("/dev") if os.path.isdir("/dev") else [])
+            if n.startswith("nvidia") and n[6:].isdigit())):
+        try:
+            st = os.stat(name)
+        except OSError:
+            continue
+        if (st.st_mode & 0o006) != 0o006 and (st.st_mode & 0o060) == 0o060 and st.st_gid != 0:
+            gids.add(st.st_gid)
+    return sorted(gids)
+
+
+def _verify(uid: int, rw: list[str], groups: list[int] | None = None) -> list[str]:
     """Check from inside that the credentials and the mounts are what :func:`enter` meant to set."""
     bad = []
-    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or os.getgroups():
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (uid, uid, uid) or sorted(os.getgroups()) != sorted(
+            groups or []):
         bad.append(f"credentials are uid {os.getresuid()} gid {os.getresgid()}")
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
