@@ -288,6 +288,8 @@ def _cand_outputs(b: Bundle, pid: str, n: int, prefix: str = "o") -> list[np.nda
 
 def _probe_status(b: Bundle, meta: dict, gate: str) -> tuple[str, str] | None:
     """None when the probe is gradable; otherwise (status, reason) for this probe alone."""
+    if meta.get("skip"):  # never run: the plan's own reason (a budget or interpreter rule), not the reference's
+        return "na", meta["reason"]
     if meta["status"] != "ok":
         return "na", f"reference: {meta['reason']}"
     cp = b.cprobe(meta["id"])
@@ -446,18 +448,31 @@ def cmp_02(b: Bundle) -> GateResult:
 
 
 def cmp_03(b: Bundle) -> GateResult:
-    """CMP-03 shapes: with batch, length and width varied one at a time, including primes that are not
-    multiples of any block size, the candidate returns the reference's output shapes and values. Why:
-    generated kernels hard-code the one shape the benchmark uses or drop the tail block when a size is not a
-    multiple of BLOCK; the reference, not the candidate, decides which shapes are valid."""
+    """CMP-03 shapes: with each shape knob (batch, length, width...) varied one at a time, to the primes next to
+    its value and to a prime near half of it, the candidate returns the reference's output shapes and values.
+    Why: generated kernels hard-code the one shape the benchmark uses (a baked-in size, slicing or padding to
+    it) or drop the tail block when a size is not a multiple of BLOCK; primes are multiples of no block size.
+    The reference, not the candidate, decides which shapes are valid. Variants run at every problem size under
+    a per-problem cost budget (probes.Budget); when none could be graded the gate is "na" and says why for
+    each planned variant (the budget's estimate, the interpreter rule, the reference's own error), never
+    "pass" on the base shape alone."""
     per = {}
     for m in b.probes("CMP-03"):
         per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b), tol_key=VT)
-    variants = [k for k, v in per.items() if k != "rand0" and v["status"] in ("pass", "fail")]
+    planned = [k for k in per if k != "rand0"]
+    variants = [k for k in planned if per[k]["status"] in ("pass", "fail")]
     res = _fold("CMP-03", per, b, "no shape probe was gradable")
     if res.status == "pass" and not variants:
-        return GateResult("na", "the reference admits no shape variant (only the base shape was checked)",
-                          res.evidence, b.seed)
+        if not planned:
+            why = ("the reference has no shape knob (no module-level int read by get_inputs and not by "
+                   "get_init_inputs, no floating input dimension >= 2): only the base shape was checked")
+        else:
+            first = planned[0]
+            why = (f"none of {len(planned)} shape variants could be graded (only the base shape was checked): "
+                   f"{first}: {per[first].get('reason', '')}")
+            if len(planned) > 1:
+                why += f" (and {len(planned) - 1} more, each with its reason in the evidence)"
+        return GateResult("na", why[:600], res.evidence, b.seed)
     return res
 
 

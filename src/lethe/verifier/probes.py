@@ -10,26 +10,40 @@ Shape variants follow the KernelBench convention: module-level integer constants
 reference has no such constant, every occurrence of one dimension size across its floating inputs is replaced
 instead (so the two K's of a matmul change together). The reference then decides which variants are valid: a
 variant it cannot run is "na" for its gate, never a candidate failure.
+
+Which variants are run is decided per problem, at every size, by a cost model (:class:`Budget`,
+:func:`forward_cost`, :class:`_Coster`): the reference's float64 forward is traced on the meta device (nothing
+is computed), counting FLOPs, bytes moved and the peak working set, at the base shape and at one smaller size
+per knob, and each variant's cost is extrapolated from the two; a variant runs when it fits a budget
+proportional to the base forward's own estimated cost, and a variant that does not fit is kept in the plan as a
+skipped probe whose reason gives the estimate and the budget (:attr:`Probe.skip`), so a gate that ends "na"
+says exactly why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import weakref
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
 
 from lethe.verifier import tolerance as tol
 
-PLAN_VERSION = "lethe.plan/2"  # /2: the ORD-03 "offset" probe
-NUMEL_CAP = 1 << 21  # elements per input tensor in any variant: keeps float64 reference runs in seconds
-# The Triton CPU interpreter runs every program of the grid in Python: variants that multiply the grid by
-# thousands would take minutes per probe, so a plan built for the interpreter caps the variants harder.
+# /2: the ORD-03 "offset" probe; /3: shape and long variants at every size under a per-problem cost budget
+# (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
+PLAN_VERSION = "lethe.plan/3"
+# The Triton CPU interpreter runs every program of the grid in Python, so there the candidate, not the float64
+# reference, is the expensive side (Budget.interpret_mult states the rule).
 NUMEL_CAP_INTERPRET = 1 << 15
-MAX_SHAPE_VARIANTS = 6
+MAX_SHAPE_VARIANTS = 9  # admitted CMP-03 variants: three per knob for three knobs, one per knob for nine
 MAX_LONG_VARIANTS = 3
+SHAPE_PRIORITY = ("above", "half", "below")  # the order shape variants are admitted in (build_plan)
 LONG_LEN = 4099  # a prime > 4096: fp16 running totals stall at 2048, bf16 at 256 (PRC-02)
 INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
 # ORD-03 "offset" probe (see offset_values / offset_condition): rows M + u, u uniform in [-1, 1).
@@ -38,6 +52,69 @@ OFFSET_DRAWS = 4  # eps-relative perturbations the reference is re-run on to mea
 # Shift invariance: |f(M + u) - f(u)| <= OFFSET_INVARIANCE_RTOL * (RMS of f(u)) in float64. Far above float64's
 # rounding at this condition (~eps64 * M/std ~ 1e-12) and far below any real dependence on the offset.
 OFFSET_INVARIANCE_RTOL = 1e-6
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much the probes away from the base shape may cost one problem, and the cost model behind it.
+
+    Why a budget and not an element cap: KernelBench's own sizes (a 4096 x 4096 matmul, 16 x 64 x 256 x 256
+    norms) are far above any cap that keeps the smallest problems fast, and a cap silently removes exactly the
+    probes (shape variants, long axes) that catch hard-coded shapes. The base shape is graded on some thirty
+    float64 forwards anyway (draws, adversarial values, precisions, gradients, finite differences, ORD-03), so
+    variants that together cost a few more base forwards keep a verification's cost proportional to the
+    problem's own at every size.
+
+    Cost model. The reference's float64 forward is traced on the meta device (:func:`forward_cost`): FLOPs of
+    the matmul / convolution / attention class (``torch.utils.flop_counter``) and bytes read and written by every
+    operator, the peak of the float64 tensors alive at once plus inputs and parameters; a variant's counts are
+    extrapolated from the base and one smaller traced size of its knob (:class:`_Coster`). Estimated seconds
+    = flops / ``flop_rate`` + bytes / ``byte_rate``. The rates are the slowest float64 rates of one thread of
+    the CI machine class (the reference process runs one thread): direct float64 convolution for FLOPs (GEMM
+    runs several times faster), element-wise operators for bytes, counted as bytes in plus bytes out. They are
+    fixed constants, not measured at run time, so the plan (and the verdict row) is the same on every machine:
+    the seconds are an estimate, approximate by a small factor, never a measurement.
+
+    Rules, applied to each variant in admission order (the first that fails gives the skip reason):
+
+    * Triton CPU interpreter (the candidate is interpreted): a variant's largest input may have at most
+      max(``interpret_numel``, ``interpret_mult`` x the base's largest input) elements. The interpreter's cost
+      is its grid, linear in the elements; the base already runs about twenty times, so variants near the
+      base's size are affordable and a long axis that multiplies the grid by hundreds is not;
+    * memory: the variant's estimated peak <= min(``mem_ceiling_mb``, max(``mem_floor_mb``, ``mem_mult`` x the
+      base forward's)). The multiplier admits every near-original variant (a knob of 1 -> 2 doubles the input
+      at most); the ceiling is half the candidate sandbox's default 8 GiB, which also holds the inputs and
+      outputs of every probe;
+    * time: the variants of one pool (CMP-03 shape variants; long-axis variants, each costing one forward per
+      probe and two for ``cancel``) together <= max(``floor_s``, ``base_mult`` x the base forward's estimated
+      seconds). The multiplier is the rule for big problems: a 4096 x 4096 matmul gets its near-original and
+      half-size variants and is refused a 4099-long axis on a second knob with the estimate. The floor is the
+      rule for small ones, whose long axis multiplies a cheap base by hundreds or thousands (a batch of 16 or a
+      recurrence over 64 steps set to 4099) and still costs less than a minute of estimated reference time;
+      it keeps the long-axis probes that the repository's own small problems (the GDN recurrences among them)
+      have always run;
+    * returned arrays: all admitted variants (both pools) together return at most min(``held_mb``,
+      ``result_mb`` - what the base shape's probes return, estimated as their number times one base probe's
+      inputs and float64 outputs). The reference process sends every probe's arrays back in one result file,
+      which the sandbox caps (``result_mb`` is its default ``max_file_mb``), and the base probes come first: a
+      variant must never turn a verification that fits into one that cannot return its result. The plan does
+      not depend on a gate filter, so a CMP-03-only run gets the variants a full run would.
+    """
+
+    flop_rate: float = 2.5e9
+    byte_rate: float = 1.0e9
+    base_mult: float = 8.0
+    floor_s: float = 60.0
+    mem_floor_mb: float = 1024.0
+    mem_mult: float = 2.0
+    mem_ceiling_mb: float = 4096.0
+    held_mb: float = 2048.0
+    result_mb: float = 4096.0
+    interpret_numel: int = NUMEL_CAP_INTERPRET
+    interpret_mult: float = 1.25
+
+
+BUDGET = Budget()
 
 
 @dataclass(frozen=True)
@@ -52,6 +129,9 @@ class Probe:
     patch: tuple[tuple[str, int], ...] = ()
     draw: int = 0  # which torch seed offset get_inputs() runs under
     extra: dict = field(default_factory=dict, hash=False, compare=False)
+    # Non-empty: the plan keeps the probe but it is not run, and this says why (over the per-problem budget,
+    # the interpreter rule, a shape the reference cannot build); its gates see it as "na" with this reason.
+    skip: str = ""
 
     def rng_seed(self, seed: int) -> int:
         """Seed of this probe's private generator: depends on the plan seed and the probe id only, so filtering
@@ -65,16 +145,29 @@ class Probe:
         return d
 
 
-def _primes_around(v: int) -> list[int]:
-    def is_prime(n: int) -> bool:
-        return n >= 2 and all(n % k for k in range(2, int(n**0.5) + 1))
+def _is_prime(n: int) -> bool:
+    return n >= 2 and all(n % k for k in range(2, math.isqrt(n) + 1))
 
+
+def shape_values(v: int) -> list[tuple[str, int]]:
+    """The sizes a shape knob of value ``v`` is set to, by tier: ``below`` (the largest prime < v), ``above``
+    (the smallest prime > v), ``half`` (the largest prime <= v // 2, when below ``below``).
+
+    Primes are multiples of no block size, so a kernel that drops the tail of a BLOCK-sized loop, or that only
+    handles multiples of its tile, fails on every one of them. ``below`` and ``above`` sit next to the original:
+    a kernel that hard-codes the original size pads or reads past a smaller input and slices or ignores the
+    tail of a larger one, and both are one size away from the shape it was tested at. ``half`` is the
+    affordable variant of a big problem (about half its cost or less), so a knob keeps a variant even when the
+    budget refuses the near-original ones.
+    """
     out = []
-    below = next((n for n in range(v - 1, 1, -1) if is_prime(n)), None)
-    above = next(n for n in range(v + 1, 2 * v + 3) if is_prime(n))
-    if below is not None and below >= 2:
-        out.append(below)
-    out.append(above)
+    below = next((n for n in range(v - 1, 1, -1) if _is_prime(n)), None)
+    if below is not None:
+        out.append(("below", below))
+    out.append(("above", next(n for n in range(v + 1, 2 * v + 3) if _is_prime(n))))
+    half = next((n for n in range(v // 2, 1, -1) if _is_prime(n)), None)
+    if half is not None and below is not None and half < below:
+        out.append(("half", half))
     return out
 
 
@@ -119,26 +212,311 @@ def call_get_inputs(ns: dict, seed: int, patch: tuple[tuple[str, int], ...]) -> 
     return inputs
 
 
-def variant_numel(ns: dict, patch: tuple[tuple[str, int], ...], base_shapes: list[tuple[int, ...]]) -> int | None:
-    """Largest input numel of a shape variant, found without allocating: get_inputs() runs on the meta
-    device (a global can enter several dimensions, e.g. an image's height and width, so scaling is not
-    linear). None when the variant cannot even be shaped."""
-    dim_patch = {int(k.split(":")[1]): v for k, v in patch if k.startswith("__dim__")}
-    if dim_patch:
-        return max((int(torch.Size([dim_patch.get(d, d) for d in s]).numel()) for s in base_shapes), default=1)
-    try:
+@dataclass(frozen=True)
+class Cost:
+    """Estimated cost of one float64 forward of the reference (the model of :class:`Budget`)."""
+
+    flops: int  # matmul / convolution / attention class, as torch.utils.flop_counter counts them
+    moved: int  # bytes read and written by every non-view operator
+    peak: int  # bytes: the most float64 intermediates alive at once, plus inputs and parameters
+    seconds: float
+    how: str  # "traced" on the meta device, or how the estimate was scaled when the reference cannot be traced
+    out: int = 0  # bytes of the float64 outputs, which the reference returns for every probe
+
+    @property
+    def mb(self) -> float:
+        return self.peak / 2**20
+
+
+class _Work(TorchDispatchMode):
+    """Counts, for every operator a forward dispatches: FLOPs of the operators torch's FLOP counter has a formula
+    for (matmul, convolution, attention: ``torch.utils.flop_counter.flop_registry``; composite operators such as
+    linear or einsum arrive here already decomposed into them), bytes read and written by every non-view
+    operator, and the peak bytes of the tensors the operators created that are alive at once (an output that
+    aliases an input -- a view, an in-place result -- allocates nothing). torch's own FlopCounterMode is not
+    used: entering it imports torch._dynamo, seconds in every reference process."""
+
+    _ops: dict = {}  # operator -> (FLOP formula or None, is a view, aliases an input): shared, immutable facts
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # No torch.compile runs under this mode, so its __torch_dispatch__ needs no dynamo-disable wrapper; the
+        # wrapper would import torch._dynamo on first use.
+        return False
+
+    def __init__(self):
+        super().__init__()
+        self.flops = 0
+        self.moved = 0
+        self.live = 0
+        self.peak = 0
+        self._refs: dict[int, tuple[weakref.ref, int]] = {}
+
+    def _gone(self, ref: weakref.ref) -> None:
+        self.live -= self._refs.pop(id(ref))[1]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        facts = self._ops.get(func)
+        if facts is None:
+            facts = self._ops[func] = (flop_registry.get(func.overloadpacket), func.is_view,
+                                       any(r.alias_info is not None for r in func._schema.returns))
+        formula, view, alias = facts
+        out = func(*args, **kwargs)
+        if formula is not None:
+            self.flops += int(formula(*args, **kwargs, out_val=out))
+        if view:
+            return out
+        outs = _tensors(out)
+        self.moved += sum(t.nbytes for t in _tensors(args)) + sum(t.nbytes for t in _tensors(list(kwargs.values())))
+        self.moved += sum(t.nbytes for t in outs)
+        if not alias:
+            for t in outs:
+                ref = weakref.ref(t, self._gone)
+                self._refs[id(ref)] = (ref, t.nbytes)
+                self.live += t.nbytes
+            self.peak = max(self.peak, self.live)
+        return out
+
+
+def _tensors(x) -> list[torch.Tensor]:
+    """The tensors in an operator's arguments or results (nested lists and tuples)."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for y in x for t in _tensors(y)]
+    return []
+
+
+def forward_cost(model: torch.nn.Module, inputs: list[Any], budget: Budget = BUDGET) -> Cost:
+    """Trace one forward of ``model`` on ``inputs`` (float64; on the meta device nothing is computed) and price
+    it with ``budget``'s rates. Raises whatever the forward raises."""
+    meta = any(isinstance(x, torch.Tensor) and x.is_meta for x in inputs)
+    fixed = sum(t.nbytes for t in list(model.parameters()) + list(model.buffers()))
+    fixed += sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor))
+    work = _Work()
+    with torch.no_grad(), (torch.device("meta") if meta else contextlib.nullcontext()), work:
+        out = model(*inputs)
+    out_bytes = sum(t.numel() * 8 for t in _tensors(out))
+    del out
+    return Cost(work.flops, work.moved, fixed + work.peak, _seconds(work.flops, work.moved, budget), "traced",
+                out_bytes)
+
+
+def shipped_bytes(inputs: list[Any], cost: Cost, probe: Probe | None = None) -> int:
+    """Bytes the reference returns for one probe of these inputs (float64 meta tensors) and this cost: its inputs
+    in the probe's dtype (fp32 for a variant: the widest) and its float64 outputs, plus what the probe's action
+    adds (reference.run_reference): the fp32 upstream gradients and float64 input gradients of ``backward``, the
+    second inputs of ``overwrite``, the flush-to-zero outputs of ``subnormal``."""
+    width = 2 if probe is not None and probe.dtype in ("float16", "bfloat16") else 4
+    floats = sum(x.numel() for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point())
+    others = sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor) and not x.is_floating_point())
+    n = floats * width + others + cost.out
+    if probe is not None and probe.action == "backward":
+        n += cost.out // 2 + floats * 8
+    if probe is not None and probe.action == "overwrite":
+        n += floats * width + others
+    if probe is not None and probe.kind == "subnormal":
+        n += cost.out
+    return n
+
+
+def _seconds(flops: float, moved: float, budget: Budget) -> float:
+    return flops / budget.flop_rate + moved / budget.byte_rate
+
+
+def _meta64(x: Any) -> Any:
+    if not isinstance(x, torch.Tensor):
+        return x
+    return torch.empty_like(x, device="meta", dtype=torch.float64 if x.is_floating_point() else x.dtype)
+
+
+def _numel(xs: list[Any]) -> tuple[int, int]:
+    """(largest, total) element count of the tensors in ``xs``."""
+    ns = [int(x.numel()) for x in xs if isinstance(x, torch.Tensor)]
+    return max(ns, default=1), sum(ns)
+
+
+def _exponent(at_base: float, at_p: float, ratio: float) -> float:
+    """e with at_p = at_base * ratio^e (0 when the quantity does not grow, or is absent)."""
+    if at_base <= 0 or at_p <= 0 or ratio == 1:
+        return 0.0 if at_p <= at_base else 1.0
+    return max(0.0, math.log(at_p / at_base) / math.log(ratio))
+
+
+class _Coster:
+    """Costs of the reference's float64 forward at the base shape and at any variant (see :class:`Budget`).
+
+    The reference is traced (:func:`forward_cost`) at the base shape and, per knob, at one more size p no larger
+    than twice the base (the knob's ``half`` value, else ``below``, else ``above``); a variant's FLOPs, bytes
+    moved and peak of intermediates are then extrapolated from those two traces as powers of the knob's value
+    (the exponents are measured, e.g. 3 for a square matmul's N, 1 for a batch or an unrolled recurrence's
+    length), and its input bytes are exact. Tracing only at sizes up to twice the base keeps the cost of
+    costing below the base run's own, however large the variant (a long axis of 4099 in a Python loop would
+    trace for as long as it runs). The model is built and traced on the meta device (nothing is computed); a
+    reference that cannot be traced there (an ``.item()``, an operator without a meta kernel) is traced for real,
+    on the same two sizes. A knob with no traceable second size is scaled by the ratio r of total input
+    elements: time as r^1.5 (a square matmul's work in its input elements) when r > 1, else as r."""
+
+    def __init__(self, ns: dict, seed: int, base_inputs: list[Any], budget: Budget):
+        self.ns, self.seed, self.budget = ns, seed, budget
+        self.base_inputs = base_inputs
+        self.base_meta = [_meta64(x) for x in base_inputs]
+        self.meta = True
+        self.model = None
+        self.base: Cost | None = None
+        self.base_error = ""
+        self.fits: dict[str, tuple[int, Cost] | str] = {}
+        try:
+            with torch.device("meta"):
+                torch.manual_seed(seed)
+                model = ns["Model"](*list(ns["get_init_inputs"]()))
+            self.model = model.to(torch.float64)
+            self.base = forward_cost(self.model, self.base_meta, budget)
+            return
+        except Exception:  # noqa: BLE001 - a reference that does not trace on meta is traced for real
+            pass
+        self.meta = False
+        try:
+            torch.manual_seed(seed)
+            self.model = ns["Model"](*list(ns["get_init_inputs"]())).to(torch.float64)
+            self.base = forward_cost(self.model, [_f64(x) for x in base_inputs], budget)
+        except Exception as exc:  # noqa: BLE001 - the base run itself will report the reference as broken
+            self.base_error = f"{type(exc).__name__}: {exc}"[:200]
+
+    def inputs(self, patch: tuple[tuple[str, int], ...]) -> list[Any]:
+        """The variant's inputs as float64 meta tensors (raises what the reference's get_inputs raises)."""
+        dim_patch = {int(k.split(":")[1]): v for k, v in patch if k.startswith("__dim__")}
+        if dim_patch:
+            return [torch.empty([dim_patch.get(d, d) for d in x.shape], device="meta", dtype=x.dtype)
+                    if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in self.base_meta]
         with torch.device("meta"):
-            xs = call_get_inputs(ns, 0, patch)
-    except Exception:  # noqa: BLE001 - an unshapeable variant is simply not planned
-        return None
-    return max((int(x.numel()) for x in xs if isinstance(x, torch.Tensor)), default=1)
+            return [_meta64(x) for x in call_get_inputs(self.ns, 0, patch)]
+
+    def _trace(self, patch) -> Cost:
+        xs = self.inputs(patch)
+        if not self.meta:
+            xs = [_f64(x) for x in call_get_inputs(self.ns, self.seed, patch)]
+        return forward_cost(self.model, xs, self.budget)
+
+    def _fit(self, name: str, v: int) -> tuple[int, Cost] | str:
+        """The second traced size of knob ``name`` and its cost, or why there is none."""
+        if name not in self.fits:
+            why = "no second size traces"
+            for _tier, p in sorted(shape_values(v), key=lambda tv: ("half", "below", "above").index(tv[0])):
+                if p > 2 * v:
+                    continue
+                try:
+                    self.fits[name] = (p, self._trace(((name, p),)))
+                    break
+                except Exception as exc:  # noqa: BLE001 - try the next size
+                    why = f"{type(exc).__name__}: {exc}"[:160]
+            else:
+                self.fits[name] = why
+        return self.fits[name]
+
+    def cost(self, name: str, v: int, nv: int, inputs: list[Any]) -> Cost | str:
+        """The cost of the variant that sets knob ``name`` from ``v`` to ``nv`` (``inputs``: its meta inputs),
+        or why there is none."""
+        b = self.base
+        if b is None:
+            return f"no cost estimate: the reference's own base forward raised {self.base_error}"
+        fixed = sum(t.nbytes for t in list(self.model.parameters()) + list(self.model.buffers()))
+        in_bytes = sum(x.nbytes for x in inputs if isinstance(x, torch.Tensor))
+        base_in = sum(x.nbytes for x in self.base_meta if isinstance(x, torch.Tensor))
+        fit = self._fit(name, v)
+        label = name.replace("__dim__:", "dim")
+        if isinstance(fit, str):
+            r = _numel(inputs)[1] / max(_numel(self.base_meta)[1], 1)
+            g = r ** (1.5 if r > 1 else 1.0)
+            return Cost(int(b.flops * g), int(b.moved * g), int(fixed + in_bytes + (b.peak - fixed - base_in) * r),
+                        b.seconds * g, f"scaled by input elements x{r:.3g}: {label} has {fit}", int(b.out * r))
+        p, c = fit
+        if nv == p:
+            return c
+        ratio, k = p / v, nv / v
+        flops = b.flops * k ** _exponent(b.flops, c.flops, ratio)
+        moved = b.moved * k ** _exponent(b.moved, c.moved, ratio)
+        p_in = sum(x.nbytes for x in self.inputs(((name, p),)) if isinstance(x, torch.Tensor))
+        mid_b, mid_p = b.peak - fixed - base_in, c.peak - fixed - p_in
+        mid = mid_b * k ** _exponent(mid_b, mid_p, ratio)
+        out = b.out * k ** _exponent(b.out, c.out, ratio)
+        e = _exponent(b.seconds, c.seconds, ratio)
+        return Cost(int(flops), int(moved), int(fixed + in_bytes + mid), _seconds(flops, moved, self.budget),
+                    f"traced at {label}={v} and {p}, scaled as {label}^{e:.2g}", int(out))
 
 
-def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
-    """The full, ordered probe list for a reference namespace. Pure in (ns source, seed)."""
+def _f64(x: Any) -> Any:
+    return x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+
+
+@dataclass
+class _Pool:
+    """One budget (see Budget): seconds for the CMP-03 shape variants or for the long-axis variants; bytes of
+    returned arrays for both."""
+
+    total: float
+    spent: float = 0.0
+    base: float = 0.0  # returned arrays: what the base probes take first
+
+
+def _refusal(coster: _Coster, knob: tuple[str, int], nv: int, pool: _Pool, held: _Pool, forwards: int,
+             probes: int, base_largest: int, interpret: bool, budget: Budget) -> str:
+    """Why the variant setting ``knob`` (name, value) to ``nv`` is not run (its Probe.skip), or "" when it fits
+    and is charged to ``pool`` (its ``forwards`` reference forwards) and ``held`` (the arrays of its
+    ``probes`` probes)."""
+    name, v = knob
+    try:
+        xs = coster.inputs(((name, nv),))
+    except Exception as exc:  # noqa: BLE001 - the reference's own error at this shape
+        return f"reference get_inputs raised at this shape: {type(exc).__name__}: {exc}"[:400]
+    largest = _numel(xs)[0]
+    if interpret:
+        lim = max(budget.interpret_numel, int(budget.interpret_mult * base_largest))
+        if largest > lim:
+            return (f"Triton CPU interpreter rule: largest input {largest} elements > {lim} = max(2^"
+                    f"{int(math.log2(budget.interpret_numel))}, {budget.interpret_mult:g} x the base's "
+                    f"{base_largest})")
+    c = coster.cost(name, v, nv, xs)
+    if isinstance(c, str):
+        return c[:400]
+    base = coster.base
+    mem_lim = min(budget.mem_ceiling_mb, max(budget.mem_floor_mb, budget.mem_mult * base.mb))
+    need = forwards * c.seconds
+    est = f"estimated {need:.3g} s / {c.mb:.4g} MB"
+    if c.how != "traced":
+        est += f" ({c.how})"
+    if c.mb > mem_lim:
+        return (f"over the per-problem budget: {est} > {mem_lim:.4g} MB (min({budget.mem_ceiling_mb:g} MB, "
+                f"max({budget.mem_floor_mb:g} MB, {budget.mem_mult:g} x the base forward's {base.mb:.4g} MB)))")[:400]
+    if pool.spent + need > pool.total:
+        return (f"over the per-problem budget: {est} > {pool.total - pool.spent:.3g} s left of {pool.total:.3g} s "
+                f"(max({budget.floor_s:g} s, {budget.base_mult:g} x the base forward's estimated "
+                f"{base.seconds:.3g} s))")[:400]
+    ship = probes * shipped_bytes(xs, c) / 2**20
+    if held.spent + ship > held.total:
+        return (f"over the per-problem budget: {est}, returning {ship:.4g} MB of arrays > "
+                f"{held.total - held.spent:.4g} MB left of {held.total:.4g} MB for variants (the "
+                f"{budget.result_mb:g} MB result file less the base probes' {held.base:.4g} MB, at most "
+                f"{budget.held_mb:g} MB)")[:400]
+    pool.spent += need
+    held.spent += ship
+    return ""
+
+
+def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget | None = None) -> list[Probe]:
+    """The full, ordered probe list for a reference namespace. Pure in (ns source, seed, interpret, budget;
+    ``budget`` defaults to the module's BUDGET).
+
+    Shape variants (CMP-03) are admitted tier by tier in SHAPE_PRIORITY order (:func:`shape_values`), each tier
+    over every knob, so every knob is varied before any knob is varied twice; long-axis variants follow, one
+    knob at a time. Each is admitted by :func:`_refusal` (the rules of :class:`Budget`); a refused one stays in
+    the plan with its reason in ``skip``. At most MAX_SHAPE_VARIANTS and MAX_LONG_VARIANTS are admitted;
+    variants past those counts are not planned."""
+    budget = budget or BUDGET
     base = call_get_inputs(ns, seed, ())
     float_shapes = [tuple(x.shape) for x in base if isinstance(x, torch.Tensor) and x.is_floating_point()]
-    cap = NUMEL_CAP_INTERPRET if interpret else NUMEL_CAP
+    base_largest = _numel(base)[0]
 
     P: list[Probe] = [
         Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"), draw=0),
@@ -167,28 +545,49 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
     else:
         sizes = sorted({s for shp in float_shapes for s in shp if s >= 2})
         knobs = [(f"__dim__:{s}", s) for s in sizes]
+    if not knobs:
+        return P
+    coster = _Coster(ns, seed, base, budget)
+    base_s = coster.base.seconds if coster.base is not None else 0.0
 
+    def pool() -> _Pool:
+        return _Pool(max(budget.floor_s, budget.base_mult * base_s))
+
+    # Admission (budget, count cap) in priority order: ``above`` first, the only tier that catches a kernel
+    # whose loop bounds or slices stop at the original size; then ``half``, the affordable smaller one; then
+    # ``below``. The plan lists the variants by tier in size order (below, above, half), every knob per tier.
+    base_ship = 0.0
+    if coster.base is not None:
+        base_ship = sum(shipped_bytes(coster.base_meta, coster.base, p) for p in P) / 2**20
+    shape_pool = pool()
+    held = _Pool(max(0.0, min(budget.held_mb, budget.result_mb - base_ship)), base=base_ship)
+    tiers = {name: dict(shape_values(v)) for name, v in knobs}
+    shape_skip: dict[tuple[str, str], str] = {}
     n_shape = 0
-    for name, v in knobs:
-        for nv in _primes_around(v):
-            if n_shape >= MAX_SHAPE_VARIANTS:
-                break
-            numel = variant_numel(ns, ((name, nv),), float_shapes)
-            if numel is None or numel > cap:
+    for tier in SHAPE_PRIORITY:
+        for name, v in knobs:
+            nv = tiers[name].get(tier)
+            if nv is None or n_shape >= MAX_SHAPE_VARIANTS:
                 continue
-            label = name.replace("__dim__:", "dim")
-            P.append(Probe(f"shape_{label}={nv}", "rand", ("CMP-03",), patch=((name, nv),), draw=3))
-            n_shape += 1
+            why = _refusal(coster, (name, v), nv, shape_pool, held, 1, 1, base_largest, interpret, budget)
+            shape_skip[(tier, name)] = why
+            n_shape += not why
+    for tier in ("below", "above", "half"):
+        for name, _v in knobs:
+            if (tier, name) in shape_skip:
+                nv = tiers[name][tier]
+                label = name.replace("__dim__:", "dim")
+                P.append(Probe(f"shape_{label}={nv}", "rand", ("CMP-03",), patch=((name, nv),), draw=3,
+                               skip=shape_skip[(tier, name)]))
 
+    long_pool = pool()
     n_long = 0
     for name, v in knobs:
         if n_long >= MAX_LONG_VARIANTS or v >= LONG_LEN:
             continue
-        numel = variant_numel(ns, ((name, LONG_LEN),), float_shapes)
-        if numel is None or numel > cap:
-            continue
         label = name.replace("__dim__:", "dim")
         patch = ((name, LONG_LEN),)
+        first = len(P)
         P += [
             Probe(f"long_{label}", "rand", ("CMP-01",), patch=patch, draw=4),
             Probe(f"ord01_{label}", "positive", ("ORD-01",), patch=patch),
@@ -196,6 +595,13 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False) -> list[Probe]:
             Probe(f"acc_fp16_{label}", "ones", ("PRC-02",), dtype="float16", patch=patch),
             Probe(f"acc_bf16_{label}", "ones", ("PRC-02",), dtype="bfloat16", patch=patch),
         ]
+        group = P[first:]
+        forwards = len(group) + sum(p.kind == "cancel" for p in group)  # cancel also runs the reference on |x|
+        why = _refusal(coster, (name, v), LONG_LEN, long_pool, held, forwards, len(group), base_largest,
+                       interpret, budget)
+        if why:
+            P[first:] = [replace(p, skip=why) for p in group]
+            continue
         n_long += 1
     return P
 

@@ -408,6 +408,9 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
                             "dtype": probe.dtype, "patch": [list(p) for p in probe.patch], "status": "ok",
                             "reason": ""}
+    if probe.skip:  # planned but not run (the per-problem budget, the interpreter rule): the plan says why
+        meta.update(status="na", reason=probe.skip, skip=True)
+        return meta
 
     def out_of_memory(exc: BaseException) -> dict:
         # What this probe already stored is dropped: it is never graded, and the memory is what ran out.
