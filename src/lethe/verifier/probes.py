@@ -257,20 +257,29 @@ def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
     return out
 
 
-def cancellation_values(shape, gen: torch.Generator, dtype: str) -> torch.Tensor:
-    """Catastrophic cancellation along the last axis: +B first, -B last, small terms in [0.5, 1.5) between.
+# ORD-03 "cancel" probe (see cancellation_values): the magnitude of the +B/-B pair bracketing the small terms.
+CANCEL_BIG = 2.0**14
 
-    B = 4/eps(dtype) has ulp(B) = 4 in every dtype, so half an ulp (2) exceeds every small term: a running total
-    that holds B rounds each of them away (recursive summation returns ~0 instead of sum(small)), while a
-    blocked or pairwise order only rounds partial sums much larger than s. The exact answer sum(small) is O(N),
-    far from 0 (tolerance.ord03_bound).
+
+def cancellation_values(shape, gen: torch.Generator, dtype: str = "float32") -> torch.Tensor:
+    """Cancellation along the last axis: +B first, -B last, small terms in [0.5, 1.5) between, B = CANCEL_BIG.
+
+    While a running total holds B, every small term is added to a number 2^14 times its own size. In an
+    accumulator of p mantissa bits that addition keeps the term only if it exceeds half an ulp of B,
+    B * 2^-p: with fp32 (p = 23) half an ulp is 2^-10, so a total of any order keeps every term to ~2^-10 and
+    tolerance.ord03_bound -- the worst case of fp32 summation in *any* order, blocked or serial, with any block
+    structure -- holds by construction; with fp16 or TF32 (p = 10) half an ulp is 8 and with bf16 (p = 7) 64, so
+    a running total kept in any of them rounds every term (products of the other operand's U[0.5, 1.5) values
+    included, < 2.25) away and returns ~0 instead of sum(small) ~ N. B = 2^14 is the smallest power of two at
+    which half an fp16/TF32 ulp exceeds twice the largest product (2^13 would keep some), it is exact in every
+    dtype and fp16's range holds B plus any partial sum of the probe (< 65504). ``dtype`` is the probe dtype
+    (accepted for symmetry with the other constructors; the construction does not depend on it).
     """
     y = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5
     if len(shape) == 0 or shape[-1] < 3:
         return y
-    big = 4.0 / tol.EPS[dtype]
-    y[..., 0] = big
-    y[..., -1] = -big
+    y[..., 0] = CANCEL_BIG
+    y[..., -1] = -CANCEL_BIG
     return y
 
 
