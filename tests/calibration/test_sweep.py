@@ -63,6 +63,17 @@ def test_prc02_fp16_accumulator_fails_fp32_accumulator_passes():
     assert row["honest_passes_gate"] and fp16["fails_gate"]
 
 
+def test_prc02_bracketed_rows_catch_a_half_total_of_fp32_block_sums_that_ones_miss():
+    """Ones are summed exactly by an fp16 total of 1024-long fp32 block sums; the bracketed rows are not."""
+    caught = {}
+    for gid in ("PRC-02", "PRC-02 blocks"):
+        row = sweep.calibrate_one(sweep.GATES[gid], sweep.OPERATORS["row_sum"], seed=5)
+        assert row["honest_passes_gate"], gid
+        caught[gid] = {d["defect"]: d["fails_gate"] for d in row["defects"]}
+    assert not caught["PRC-02"]["fp16 total of fp32 block sums"]
+    assert caught["PRC-02 blocks"]["fp16 total of fp32 block sums"]
+
+
 def test_thin_margin_is_labelled_thin():
     row = {"honest_passes_gate": True, "defect_onset": 2.0, "clean_separation": True, "thin_margin": True}
     assert render.verdict(row) == "thin"

@@ -281,3 +281,32 @@ def test_cmp02_red_team_violators_still_fail(verify_local, member):
     d = DATA_ROOT / "red_team" / member
     r = verify_local((d / "ref.py").read_text(), (d / "cand.py").read_text(), seed=0, only_gates=["CMP-02"])
     assert r["gates"]["CMP-02"]["status"] == "fail"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_prc02_probe_catches_a_half_total_of_fp32_block_sums_at_every_block_size(dtype):
+    """On the accumulation probe's bracketed rows, adding fp32 block sums into a 16-bit total fails the value
+    tolerance for every power-of-two block size the probe claims (fp16 up to 1024, bf16 up to 2048 at N = 4099),
+    while an fp32 total of the same blocks -- any block size -- is exact."""
+    import torch
+
+    from lethe.verifier import probes as VP
+    from lethe.verifier import tolerance as VT
+
+    tdt = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dtype]
+    n = VP.LONG_LEN
+    x = VP.accumulation_values((3, n)).to(tdt)
+    ref = x.double().sum(-1).numpy()
+    t = VT.value_tol(ref, dtype, n)
+
+    def blocked(block, total_dtype):
+        acc = torch.zeros(3, dtype=total_dtype)
+        for s in range(0, n, block):
+            acc = (acc.float() + x[:, s:s + block].float().sum(-1)).to(total_dtype)
+        return acc.to(tdt).double().numpy()
+
+    for block in [2**k for k in range(0, 12 if dtype == "bfloat16" else 11)]:
+        assert (np.abs(blocked(block, tdt) - ref) > t).any(), block
+        # the fp32 total is exact: its output is the exact sum correctly rounded to the dtype
+        assert np.array_equal(blocked(block, torch.float32), torch.from_numpy(ref).to(tdt).double().numpy()), block
+        assert (np.abs(blocked(block, torch.float32) - ref) <= t).all(), block

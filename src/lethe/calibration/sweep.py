@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from lethe.verifier import tolerance as tol
-from lethe.verifier.probes import CANCEL_BIG
+from lethe.verifier.probes import CANCEL_BIG, accumulation_values
 
 #: A margin below this factor (two binary orders of magnitude) is reported as thin.
 THIN = 4.0
@@ -38,7 +38,7 @@ ROWS = 8
 N_NATIVE = 4096
 #: CMP-03 held-out reduction lengths: a smaller odd length and a longer prime one, as shape polymorphism probes.
 HELD_OUT = (1023, 8191)
-PRC_LEN = 4099  # > 2048, where an fp16 running total of ones stalls (same reasoning as the verifier's probes)
+PRC_LEN = 4099  # the verifier's long-variant length (probes.LONG_LEN)
 BLOCK = 64  # chunk length of the honest blocked scan / blocked sum
 
 
@@ -72,6 +72,14 @@ def _blocked_matmul(a: list[torch.Tensor]) -> torch.Tensor:
     for k in range(0, x.shape[1], BLOCK):
         acc = acc + x[:, k:k + BLOCK] @ w[k:k + BLOCK]
     return acc
+
+
+def _half_total_of_blocks(x: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """Blocks of ``block`` terms summed in fp32, the block sums added into an fp16 total (a Triton pattern)."""
+    acc = torch.zeros(x.shape[:-1], dtype=torch.float16)
+    for s in range(0, x.shape[-1], block):
+        acc = (acc.float() + x[..., s:s + block].float().sum(-1)).half()
+    return acc.float()
 
 
 def _softmax_fp16(x: torch.Tensor) -> torch.Tensor:
@@ -163,6 +171,7 @@ OPERATORS: dict[str, Operator] = {
                                "statistics treated as constants": _layernorm_grad_detached}),
         Operator("row_sum", "reduction", lambda a: a[0].sum(-1), lambda a: _blocked_sum(a[0]),
                  {"fp16 accumulator": lambda a: _running_total(a[0], np.float16)[..., -1],
+                  "fp16 total of fp32 block sums": lambda a: _half_total_of_blocks(a[0]),
                   "recursive fp32 total": lambda a: _running_total(a[0], np.float32)[..., -1]}),
         Operator("cumsum", "scan", lambda a: torch.cumsum(a[0], -1), lambda a: _blocked_cumsum(a[0]),
                  {"fp16 accumulator": lambda a: _running_total(a[0], np.float16),
@@ -188,7 +197,7 @@ def _matmul_running(a: list[torch.Tensor], dtype) -> torch.Tensor:
 
 
 def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor]:
-    """Float64 inputs of reduction length n: ``randn``, ``positive`` (same sign), ``cancel`` or ``ones``."""
+    """Float64 inputs of reduction length n: ``randn``, ``positive`` (same sign), ``cancel``, ``ones`` or ``accum``."""
     g = torch.Generator().manual_seed(seed)
     shape = (ROWS, n)
     if kind == "randn":
@@ -201,6 +210,8 @@ def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor
         x[..., 0], x[..., -1] = big, -big
     elif kind == "ones":
         x = torch.ones(shape, dtype=torch.float64)
+    elif kind == "accum":
+        x = accumulation_values(shape)  # the verifier's PRC-02 construction (probes.accumulation_values)
     else:
         raise ValueError(kind)
     if not op.matmul:
@@ -208,7 +219,8 @@ def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor
     w = {"randn": lambda: torch.randn((n, 16), generator=g, dtype=torch.float64),
          "positive": lambda: torch.rand((n, 16), generator=g, dtype=torch.float64) + 0.5,
          "cancel": lambda: torch.ones((n, 16), dtype=torch.float64),
-         "ones": lambda: torch.ones((n, 16), dtype=torch.float64)}[kind]()
+         "ones": lambda: torch.ones((n, 16), dtype=torch.float64),
+         "accum": lambda: torch.ones((n, 16), dtype=torch.float64)}[kind]()
     return [x, w]
 
 
@@ -267,6 +279,8 @@ GATES: dict[str, Gate] = {
              ("softmax", "layernorm", "matmul"), lambda n: (n,), _grad_tol, grad=True),
         Gate("PRC-02", "fp16 inputs need a wider accumulator (ones, N > 2048)", "ones", "float16",
              ("row_sum", "cumsum", "matmul"), lambda n: (PRC_LEN,), _value_tol("float16")),
+        Gate("PRC-02 blocks", "fp16 inputs need an fp32 total (bracketed rows, fp32 block sums)", "accum",
+             "float16", ("row_sum", "matmul"), lambda n: (PRC_LEN,), _value_tol("float16")),
     )
 }
 

@@ -19,10 +19,14 @@ value tolerance covers one of them:
   worst case of any fp32 order, :func:`ord03_bound`). Because the contract
   requires an fp32 accumulator (PRC-02), this term uses fp32's eps even for half-precision data:
   ``ORD_K * eps_acc * sqrt(N) * (|r_i| + S)``;
-* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of
-  ``denorm(d)``, so a reduction of length N can be off by ``N * denorm(d)`` even when it is otherwise exact:
-  ``SUB_K * N * denorm(d)``. This term is ~1e-41 for fp32 at N=4096, far below any normal value, so it never
-  hides a real error but keeps a correct kernel from failing on subnormal data.
+* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of the
+  smallest subnormal of the dtype it is carried out in, so a reduction of length N in the accumulator can be
+  off by ``N * denorm(acc)`` and the final rounding to the data dtype by one ``denorm(d)``, even when both are
+  otherwise exact: ``SUB_K * (N * denorm(acc) + denorm(d))``. For fp32 data this is ~1e-41 at N=4096, far
+  below any normal value, so it never hides a real error but keeps a correct kernel from failing on subnormal
+  data. For half-precision data the N steps are taken in fp32 (PRC-02), so they are not granted N fp16
+  subnormals (2.4e-4 at N = 4096, larger than the outputs of a mean over values near fp16's smallest
+  normal) -- the same reasoning as the reduction term's eps_acc.
 
 Gradients (CMP-02, :func:`grad_tol`). The backward of an operator is built from the transposes of its forward
 steps, and the transpose of a broadcast is a reduction: every statistic the forward reduces over an axis of
@@ -176,17 +180,24 @@ def acc_eps(dtype) -> float:
     return EPS["float64"] if dtype_name(dtype) == "float64" else EPS["float32"]
 
 
+def sub_slack(dtype, n: int, c: Constants = DEFAULT) -> float:
+    """Gradual-underflow slack ``SUB_K * (N * denorm(acc) + denorm(dtype))`` (module docstring)."""
+    d = dtype_name(dtype)
+    acc = "float64" if d == "float64" else "float32"
+    return c.SUB_K * (n * DENORM[acc] + DENORM[d])
+
+
 def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: float | None = None) -> np.ndarray:
     """Per-element tolerance (module docstring), with m_i = |r_i| + S:
 
-        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * N * denorm(dtype)
+        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * (N * denorm(acc) + denorm(dtype))
 
     The reduction term uses the accumulator's eps (fp32 even for half-precision data, which is what PRC-02
     requires), so a half-precision kernel is not granted sqrt(N) half-precision ulps per element.
     """
     d = dtype_name(dtype)
     k = c.REL_K if rel_k is None else rel_k
-    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), c.SUB_K * n * DENORM[d]
+    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), sub_slack(d, n, c)
     m = _magnitude(ref, with_scale=True)
     if isinstance(m, NUMPY):
         return a * m + b * m + z
@@ -198,7 +209,7 @@ def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: flo
 def grad_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
     """CMP-02's per-element tolerance on a gradient (module docstring, "Gradients"), with m_i = |r_i| + S:
 
-        GRAD_REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * (|r_i| + sqrt(N) * S)  +  SUB_K * N * denorm
+        GRAD_REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * (|r_i| + sqrt(N) * S)  +  sub_slack
 
     i.e. :func:`value_tol` with REL_K -> GRAD_REL_K and the reduction term's scale S -> sqrt(N) * S: a backward
     reduction sums N gradient-scale terms of random sign whose partial sums reach sqrt(N) * S even where the
@@ -208,7 +219,7 @@ def grad_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarr
     """
     d = dtype_name(dtype)
     sq = math.sqrt(n)
-    a, b, z = c.GRAD_REL_K * EPS[d], c.ORD_K * acc_eps(d) * sq, c.SUB_K * n * DENORM[d]
+    a, b, z = c.GRAD_REL_K * EPS[d], c.ORD_K * acc_eps(d) * sq, sub_slack(d, n, c)
     r = _magnitude(ref, with_scale=False)
     s = output_scale(ref)
     if isinstance(r, NUMPY):
