@@ -620,6 +620,12 @@ def _precision_gate(b: Bundle, gate: str) -> dict:
             if not charged:
                 per[m["id"]] = {"status": "na", "reason": why}
                 continue
+        if m["kind"] == "accum":
+            scale = float(m.get("abs_scale", 0.0))
+            per[m["id"]] = _value_probe(
+                b, m, gate, lambda r, d, n, s=scale: tol.prc02_bracket_tol(r, s, d, n, b.constants),
+                tol_key=("prc02_bracket_tol", scale))
+            continue
         per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT)
     return per
 
@@ -633,10 +639,14 @@ def prc_01(b: Bundle) -> GateResult:
 
 
 def prc_02(b: Bundle) -> GateResult:
-    """PRC-02 accumulator width: fed fp16/bf16 inputs of ones along an axis of 4099 (> 2048, where an fp16
-    running total stalls; > 256 for bf16), the candidate returns the exact result, i.e. it accumulates in
-    fp32. Why: a half-precision accumulator passes every random-input check at 1e-2 on short rows and silently
-    saturates on long ones."""
+    """PRC-02 accumulator width: fed fp16/bf16 inputs, the candidate returns what an fp32 accumulator returns, on
+    two inputs. ``acc_*``: ones along an axis of 4099 (> 2048, where a serial fp16 running total stalls; > 256
+    for bf16). ``accb_*``: bracketed rows +2^7, 2^-14 ..., -2^7 (probes.accumulation_values), on which a 16-bit
+    total holding 2^7 rounds away every block sum of up to 1024 (fp16) / 8192 (bf16) small terms however
+    precisely the block was summed, while every fp32 order is exact; graded with tolerance.prc02_bracket_tol.
+    Why: a half-precision accumulator passes every random-input check at 1e-2 on short rows and silently
+    saturates on long ones, and the common Triton pattern (``tl.sum`` of a block in fp32, the running total in
+    the input dtype) sums ones exactly."""
     return _fold("PRC-02", _precision_gate(b, "PRC-02"), b, "no accumulation probe was gradable")
 
 

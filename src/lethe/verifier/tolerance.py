@@ -229,6 +229,23 @@ def grad_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarr
     return out.add_(r.add_(sq * s).mul_(b)).add_(z).numpy()
 
 
+def prc02_bracket_tol(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """PRC-02 on the bracketed accumulation rows (probes.accumulation_values): :func:`value_tol` plus the
+    reduction's random-walk allowance applied to sum|terms| instead of the output:
+
+        value_tol(ref, dtype, N)  +  ORD_K * eps_acc * sqrt(N) * sum|terms|
+
+    The rows +B, v, ..., v, -B cancel, so an output understates the size of what was summed; where the
+    bracketed input meets another operand that is not constant along the axis (a weight, a state that varies
+    across the row), an honest fp32 accumulator rounds partial sums of size ~B, not of the output's size.
+    sum|terms| is measured as ORD-03's is, by the reference on |x|. For a plain sum of the rows an fp32 total is
+    exact, and the allowance (4 * 2^-23 * 64 * 2^8 = 7.8e-3 at N = 4099) stays far below what a 16-bit total
+    loses (~N * 2^-14 = 0.25).
+    """
+    t = value_tol(ref, dtype, n, c)
+    return t + c.ORD_K * acc_eps(dtype) * math.sqrt(max(n, 1)) * terms_scale
+
+
 def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
     """ORD-01: a reduction of length N reordered arbitrarily stays within 4*eps*sqrt(N)*scale (+ final rounding).
 
