@@ -34,17 +34,44 @@ def test_cmp01_softmax_separates_cleanly():
     assert row["margin_trip_over_floor"] == row["trip_point"] / row["honest_floor"]
 
 
-def test_ord03_catches_a_recursive_running_total_but_not_a_chunked_scan():
-    row = sweep.calibrate_one(sweep.GATES["ORD-03"], sweep.OPERATORS["cumsum"], seed=4)
-    assert row["honest_passes_gate"]
-    rec = next(d for d in row["defects"] if d["defect"] == "recursive fp32 total")
-    assert rec["fails_gate"]
+def test_ord03_catches_a_narrow_running_total_but_not_a_recursive_fp32_one():
+    """The cancellation bound is the worst case of any fp32 order: a recursive fp32 total (a vendor GEMM's K-loop)
+    is inside it, an fp16 running total is not."""
+    for name in ("cumsum", "matmul"):
+        gate, op = sweep.GATES["ORD-03"], sweep.OPERATORS[name]
+        row = sweep.calibrate_one(gate, op, seed=4)
+        assert row["honest_passes_gate"]
+        fp16 = next(d for d in row["defects"] if d["defect"] == "fp16 accumulator")
+        assert fp16["fails_gate"]
+        ps = sweep.probes(gate, op, seed=4)
+        rec = [sweep._run_defect(op.defects["recursive fp32 total"], p.inputs64, "float32") for p in ps]
+        assert sweep.passes(rec, ps), name
+
+
+def test_cmp02_gradient_gate_separates_softmax():
+    """The hand-written stable softmax's autograd backward passes at N = 4096; a backward from an output saved in
+    fp16 and one that drops the normaliser's term fail."""
+    row = sweep.calibrate_one(sweep.GATES["CMP-02"], sweep.OPERATORS["softmax"], seed=6)
+    assert row["honest_passes_gate"] and row["clean_separation"]
+    assert {d["defect"]: d["fails_gate"] for d in row["defects"]} == {
+        "fp16 saved output": True, "normaliser treated as constant": True}
 
 
 def test_prc02_fp16_accumulator_fails_fp32_accumulator_passes():
     row = sweep.calibrate_one(sweep.GATES["PRC-02"], sweep.OPERATORS["row_sum"], seed=5)
     fp16 = next(d for d in row["defects"] if d["defect"] == "fp16 accumulator")
     assert row["honest_passes_gate"] and fp16["fails_gate"]
+
+
+def test_prc02_bracketed_rows_catch_a_half_total_of_fp32_block_sums_that_ones_miss():
+    """Ones are summed exactly by an fp16 total of 1024-long fp32 block sums; the bracketed rows are not."""
+    caught = {}
+    for gid in ("PRC-02", "PRC-02 blocks"):
+        row = sweep.calibrate_one(sweep.GATES[gid], sweep.OPERATORS["row_sum"], seed=5)
+        assert row["honest_passes_gate"], gid
+        caught[gid] = {d["defect"]: d["fails_gate"] for d in row["defects"]}
+    assert not caught["PRC-02"]["fp16 total of fp32 block sums"]
+    assert caught["PRC-02 blocks"]["fp16 total of fp32 block sums"]
 
 
 def test_thin_margin_is_labelled_thin():

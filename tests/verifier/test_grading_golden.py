@@ -16,19 +16,21 @@ Regenerate (only from code whose verdicts are known to be right, e.g. before a r
 
     LETHE_WRITE_GOLDEN=1 OMP_NUM_THREADS=1 .venv/bin/python -m pytest -q tests/verifier/test_grading_golden.py
 
-The committed file was written by the grading code before the issue #10 throughput changes (gates.py and
-tolerance.py as of commit 9ac1eb9, with value_tol's 2^18 threshold read from ``tolerance.TORCH_MIN_NUMEL`` so
-that this test can force it), run from a copy of that tree put first on PYTHONPATH.
+The committed file was first written by the grading code before the issue #10 throughput changes (gates.py and
+tolerance.py as of commit 9ac1eb9). It was rewritten when issue #23 changed tolerances and probes on purpose
+(CMP-02's gradient tolerance, ORD-03's any-order cancellation bound, PRC-02's bracketed rows), after the new
+statuses were compared with the old ones: every status equal except ORD-03 of ``matmul_half_accumulator``
+(fail -> pass: fed fp32, its total is an fp32 serial total, which is now within the bound; it still fails its
+PRC-02) and ``rowsum_sequential``, whose red-team candidate now keeps its total in fp16 (fails every value gate).
 
-Machines. The evidence bits depend on the machine's float32 arithmetic (its BLAS above all: the candidates call
-torch.matmul), so the exact comparison is made against rows written on a machine of the same arithmetic:
-``golden/grading_rows.<fingerprint>.json``, keyed by ``platform_probe.float32_fingerprint()``, where one exists
-(the writing mode above writes that file; ``LETHE_WRITE_GOLDEN=reference`` rewrites the original). Every machine is
-also held to the original file's verdict statuses, gate by gate; the one allowed difference is ORD-03 of the
-matmul edge cases on a machine whose own float32 GEMM breaks the cancellation bound (measured directly,
-``platform_probe.gemm_breaks_cancellation_bound``): the honest candidate is then, on that machine, not reorder-safe.
-The second file (2026-12-01, an AMD EPYC machine, the code of that day) was written after its statuses were
-checked against the original this way: every status equal except those ORD-03 rows (pass -> fail).
+Machines. The verdict statuses are one set for every machine: ``golden/grading_rows.json`` holds them, and every
+machine is held to them gate by gate. The evidence bits also depend on the machine's float32 arithmetic (its BLAS
+above all: the candidates call torch.matmul), so the exact comparison is made against rows written with the same
+arithmetic: the main file where this machine's ``platform_probe.float32_fingerprint()`` is the one recorded in
+``golden/grading_rows.fingerprint`` (the main file's own), else ``golden/grading_rows.<fingerprint>.json`` where one
+exists (``LETHE_WRITE_GOLDEN=1`` writes that file, after the statuses are checked against the main file;
+``LETHE_WRITE_GOLDEN=reference`` rewrites the main file and its fingerprint). A machine with neither checks the
+statuses and skips the evidence comparison, saying so.
 """
 
 from __future__ import annotations
@@ -53,14 +55,21 @@ ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = Path(__file__).parent / "golden" / "grading_rows.json"
 PROFILES = ("strict", "cuda-default", "fast-math")
 WRITE = os.environ.get("LETHE_WRITE_GOLDEN") in ("1", "reference")
-# cases whose ORD-03 cancellation probe runs torch.matmul along a long K (see the module docstring)
-GEMM_ORD03_CASES = ("edge_matmul", "edge_matmul_hard")
+FINGERPRINT = GOLDEN.with_name("grading_rows.fingerprint")
+
+
+def _fingerprint() -> str:
+    from platform_probe import float32_fingerprint
+
+    return float32_fingerprint()[:16]
 
 
 def _platform_golden() -> Path:
-    from platform_probe import float32_fingerprint
-
-    return GOLDEN.with_name(f"grading_rows.{float32_fingerprint()[:16]}.json")
+    """The rows to compare this machine's evidence with: the main file if it was written with this arithmetic."""
+    fp = _fingerprint()
+    if FINGERPRINT.exists() and FINGERPRINT.read_text().strip() == fp:
+        return GOLDEN
+    return GOLDEN.with_name(f"grading_rows.{fp}.json")
 
 
 def _pair(kind: str, name: str, subst: tuple[str, str] | None = None) -> tuple[str, str]:
@@ -159,47 +168,43 @@ def _digest(v: dict) -> str:
 
 @pytest.fixture(scope="module")
 def golden():
-    """(the original rows, this machine's exact rows or None); in writing mode the dict being written."""
-    target = GOLDEN if os.environ.get("LETHE_WRITE_GOLDEN") == "reference" else _platform_golden()
+    """(the main rows, this machine's exact rows or None); in writing mode the dict being written."""
+    reference_mode = os.environ.get("LETHE_WRITE_GOLDEN") == "reference"
+    target = GOLDEN if reference_mode else _platform_golden()
     if WRITE:
         data: dict = {}
-        yield data, None
+        yield data, (None if reference_mode else json.loads(GOLDEN.read_text()))
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(data, sort_keys=True, indent=0) + "\n")
+        if reference_mode:
+            FINGERPRINT.write_text(_fingerprint() + "\n")
         return
     yield json.loads(GOLDEN.read_text()), (json.loads(target.read_text()) if target.exists() else None)
 
 
-def _allowed_status_change(case: str, gate: str, got: str, want: str) -> bool:
-    from platform_probe import gemm_breaks_cancellation_bound
-
-    return (case in GEMM_ORD03_CASES and gate == "ORD-03" and (want, got) == ("pass", "fail")
-            and gemm_breaks_cancellation_bound())
+def _statuses_match(key: str, rows: list[dict], want: list[dict]) -> None:
+    assert [r["profile"] for r in rows] == [r["profile"] for r in want]
+    for got, exp in zip(rows, want, strict=True):
+        for g in G.GATE_IDS:
+            assert got["gates"][g]["status"] == exp["gates"][g]["status"], (key, got["profile"], g)
 
 
 @pytest.mark.parametrize("case,backend", CASES)
 def test_rows_match_golden(case, backend, golden, monkeypatch):
     key = f"{case}/{backend}"
     rows = _rows(case, backend, monkeypatch)
-    original, exact = golden
+    main, exact = golden
     if WRITE:
-        original[key] = rows
+        if exact is not None:  # a machine's own evidence file: only after its statuses match the main file's
+            _statuses_match(key, rows, exact[key])
+        main[key] = rows
         return
-    assert key in original, f"no golden rows for {key}; see the module docstring"
-    # every machine: the original verdict statuses, gate by gate
-    want = original[key]
-    assert [r["profile"] for r in rows] == [r["profile"] for r in want]
-    for got, exp in zip(rows, want, strict=True):
-        for g in G.GATE_IDS:
-            s_got, s_want = got["gates"][g]["status"], exp["gates"][g]["status"]
-            assert s_got == s_want or _allowed_status_change(case, g, s_got, s_want), (key, got["profile"], g)
-    # the evidence to the last bit, against rows of a machine with this one's float32 arithmetic
-    reference = exact if exact is not None else original
-    if exact is None and rows != reference[key]:
-        pytest.fail(f"{key}: statuses as in the original golden rows, but the evidence differs and this machine "
-                    f"(float32 fingerprint {_platform_golden().name}) has no golden rows of its own; check the "
-                    "statuses, then write them (module docstring)")
-    for got, exp in zip(rows, reference[key], strict=True):
+    assert key in main, f"no golden rows for {key}; see the module docstring"
+    _statuses_match(key, rows, main[key])  # every machine: one set of verdict statuses
+    if exact is None:
+        pytest.skip(f"{key}: statuses match; no golden evidence for float32 fingerprint {_fingerprint()} "
+                    "(module docstring)")
+    for got, exp in zip(rows, exact[key], strict=True):
         for g in G.GATE_IDS:
             assert got["gates"][g] == exp["gates"][g], (key, got["profile"], g)
         assert got == exp, (key, got["profile"])

@@ -3,10 +3,11 @@ import torch.nn as nn
 
 
 class ModelNew(nn.Module):
-    """Row sum with one fp32 running total walked left to right (no tree, no blocking).
+    """Row sum with one running total walked left to right and kept in fp16 between steps (fp32 in and out).
 
-    A serial sum exposes every addend to the running total: once a large term sits in it, small terms round away.
-    Exact enough on randn rows, catastrophic when large terms of opposite sign bracket many small ones.
+    Any fp32 order is within ORD-03's bound (a vendor GEMM's K-loop is one fp32 running total), so what makes
+    this kernel wrong is the width of its total: once a large term sits in it, every small term added after it
+    is below half an fp16 ulp and rounds away. Close enough on short rows of moderate values.
     """
 
     def __init__(self):
@@ -14,7 +15,7 @@ class ModelNew(nn.Module):
 
     def forward(self, x):
         xf = x.float()
-        acc = torch.zeros(xf.shape[:-1], dtype=torch.float32, device=x.device)
+        acc = torch.zeros(xf.shape[:-1], dtype=torch.float16, device=x.device)
         for j in range(xf.shape[-1]):
-            acc = acc + xf[..., j]
+            acc = (acc.float() + xf[..., j]).half()
         return acc.to(x.dtype)

@@ -2,7 +2,7 @@ import torch
 import torch.nn as nn
 
 batch_size = 8
-dim = 1024
+dim = 256
 
 
 class Model(nn.Module):
@@ -16,7 +16,7 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(batch_size, dim)]
+    return [torch.rand(batch_size, dim)]
 
 
 def get_init_inputs():

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from lethe.verifier import tolerance as tol
+from lethe.verifier.probes import CANCEL_BIG, accumulation_values
 
 #: A margin below this factor (two binary orders of magnitude) is reported as thin.
 THIN = 4.0
@@ -37,7 +38,7 @@ ROWS = 8
 N_NATIVE = 4096
 #: CMP-03 held-out reduction lengths: a smaller odd length and a longer prime one, as shape polymorphism probes.
 HELD_OUT = (1023, 8191)
-PRC_LEN = 4099  # > 2048, where an fp16 running total of ones stalls (same reasoning as the verifier's probes)
+PRC_LEN = 4099  # the verifier's long-variant length (probes.LONG_LEN)
 BLOCK = 64  # chunk length of the honest blocked scan / blocked sum
 
 
@@ -73,6 +74,14 @@ def _blocked_matmul(a: list[torch.Tensor]) -> torch.Tensor:
     return acc
 
 
+def _half_total_of_blocks(x: torch.Tensor, block: int = 1024) -> torch.Tensor:
+    """Blocks of ``block`` terms summed in fp32, the block sums added into an fp16 total (a Triton pattern)."""
+    acc = torch.zeros(x.shape[:-1], dtype=torch.float16)
+    for s in range(0, x.shape[-1], block):
+        acc = (acc.float() + x[..., s:s + block].float().sum(-1)).half()
+    return acc.float()
+
+
 def _softmax_fp16(x: torch.Tensor) -> torch.Tensor:
     h = x.half()
     e = torch.exp(h - h.max(dim=-1, keepdim=True).values)
@@ -88,6 +97,49 @@ def _layernorm_fp16(x: torch.Tensor) -> torch.Tensor:
     return (d / torch.sqrt(var + 1e-5)).float()
 
 
+def _stable_softmax(x: torch.Tensor) -> torch.Tensor:
+    """A hand-written, numerically stable softmax (max-shifted) whose backward is autograd's."""
+    e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _softmax_grad_fp16_saved(a: list[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
+    """Softmax backward y * (g - sum(g * y)) from an output saved in fp16 (a common memory saving)."""
+    y = torch.softmax(a[0], -1).half().float()
+    return y * (g - (g * y).sum(-1, keepdim=True))
+
+
+def _softmax_grad_detached(a: list[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
+    """Softmax backward with the normaliser's term dropped: y * g."""
+    return torch.softmax(a[0], -1) * g
+
+
+def _layernorm_parts(x: torch.Tensor):
+    mu = x.mean(-1, keepdim=True)
+    rstd = torch.rsqrt(((x - mu) ** 2).mean(-1, keepdim=True) + 1e-5)
+    return (x - mu) * rstd, rstd
+
+
+def _layernorm_grad_fp16_saved(a: list[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
+    """Layer-norm backward rstd * (g - mean(g) - xhat * mean(g * xhat)) with xhat saved in fp16."""
+    xhat, rstd = _layernorm_parts(a[0])
+    xhat = xhat.half().float()
+    return rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+
+
+def _layernorm_grad_detached(a: list[torch.Tensor], g: torch.Tensor) -> torch.Tensor:
+    """Layer-norm backward with mean and rstd treated as constants: rstd * g."""
+    return _layernorm_parts(a[0])[1] * g
+
+
+def _vjp(fn: Callable[[list[torch.Tensor]], torch.Tensor], inputs: list[torch.Tensor],
+         g: torch.Tensor) -> torch.Tensor:
+    """Autograd's gradient of ``fn`` with respect to its first input for the upstream gradient ``g``."""
+    xs = [t.detach().clone().requires_grad_(j == 0) for j, t in enumerate(inputs)]
+    (gx,) = torch.autograd.grad(fn(xs), xs[0], g.to(xs[0].dtype))
+    return gx.detach()
+
+
 @dataclass(frozen=True)
 class Operator:
     """A trusted operator: its float64 reference, a correct fp32 implementation and realistic defects."""
@@ -98,18 +150,28 @@ class Operator:
     honest: Callable[[list[torch.Tensor]], torch.Tensor]
     defects: dict[str, Callable[[list[torch.Tensor]], torch.Tensor]] = field(default_factory=dict)
     matmul: bool = False
+    #: CMP-02: a correct fp32 forward whose autograd backward is graded (default: ``honest``) and realistic
+    #: defective backwards, each ``(inputs, upstream) -> gradient of the first input``
+    grad_honest: Callable[[list[torch.Tensor]], torch.Tensor] | None = None
+    grad_defects: dict[str, Callable[[list[torch.Tensor], torch.Tensor], torch.Tensor]] = field(default_factory=dict)
 
 
 OPERATORS: dict[str, Operator] = {
     op.name: op
     for op in (
         Operator("softmax", "softmax", lambda a: torch.softmax(a[0], -1), lambda a: torch.softmax(a[0], -1),
-                 {"fp16 intermediates": lambda a: _softmax_fp16(a[0])}),
+                 {"fp16 intermediates": lambda a: _softmax_fp16(a[0])},
+                 grad_honest=lambda a: _stable_softmax(a[0]),
+                 grad_defects={"fp16 saved output": _softmax_grad_fp16_saved,
+                               "normaliser treated as constant": _softmax_grad_detached}),
         Operator("layernorm", "norm", lambda a: torch.nn.functional.layer_norm(a[0], a[0].shape[-1:]),
                  lambda a: torch.nn.functional.layer_norm(a[0], a[0].shape[-1:]),
-                 {"fp16 intermediates": lambda a: _layernorm_fp16(a[0])}),
+                 {"fp16 intermediates": lambda a: _layernorm_fp16(a[0])},
+                 grad_defects={"fp16 saved normalised input": _layernorm_grad_fp16_saved,
+                               "statistics treated as constants": _layernorm_grad_detached}),
         Operator("row_sum", "reduction", lambda a: a[0].sum(-1), lambda a: _blocked_sum(a[0]),
                  {"fp16 accumulator": lambda a: _running_total(a[0], np.float16)[..., -1],
+                  "fp16 total of fp32 block sums": lambda a: _half_total_of_blocks(a[0]),
                   "recursive fp32 total": lambda a: _running_total(a[0], np.float32)[..., -1]}),
         Operator("cumsum", "scan", lambda a: torch.cumsum(a[0], -1), lambda a: _blocked_cumsum(a[0]),
                  {"fp16 accumulator": lambda a: _running_total(a[0], np.float16),
@@ -118,7 +180,9 @@ OPERATORS: dict[str, Operator] = {
                  {"dropped last k term": lambda a: a[0][:, :-1] @ a[1][:-1],
                   "fp16 accumulator": lambda a: _matmul_running(a, np.float16),
                   "recursive fp32 total": lambda a: _matmul_running(a, np.float32)},
-                 matmul=True),
+                 matmul=True,
+                 grad_defects={"fp16 accumulator in dX = G W^T": lambda a, g: _matmul_running(
+                     [g, a[1].t()], np.float16)}),
     )
 }
 
@@ -133,7 +197,7 @@ def _matmul_running(a: list[torch.Tensor], dtype) -> torch.Tensor:
 
 
 def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor]:
-    """Float64 inputs of reduction length n: ``randn``, ``positive`` (same sign), ``cancel`` or ``ones``."""
+    """Float64 inputs of reduction length n: ``randn``, ``positive`` (same sign), ``cancel``, ``ones`` or ``accum``."""
     g = torch.Generator().manual_seed(seed)
     shape = (ROWS, n)
     if kind == "randn":
@@ -142,10 +206,12 @@ def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor
         x = torch.rand(shape, generator=g, dtype=torch.float64) + 0.5
     elif kind == "cancel":
         x = torch.rand(shape, generator=g, dtype=torch.float64) + 0.5
-        big = 4.0 / tol.EPS["float32"]  # the verifier's cancellation construction (probes.cancellation_values)
+        big = CANCEL_BIG  # the verifier's cancellation construction (probes.cancellation_values)
         x[..., 0], x[..., -1] = big, -big
     elif kind == "ones":
         x = torch.ones(shape, dtype=torch.float64)
+    elif kind == "accum":
+        x = accumulation_values(shape)  # the verifier's PRC-02 construction (probes.accumulation_values)
     else:
         raise ValueError(kind)
     if not op.matmul:
@@ -153,7 +219,8 @@ def make_inputs(op: Operator, kind: str, n: int, seed: int) -> list[torch.Tensor
     w = {"randn": lambda: torch.randn((n, 16), generator=g, dtype=torch.float64),
          "positive": lambda: torch.rand((n, 16), generator=g, dtype=torch.float64) + 0.5,
          "cancel": lambda: torch.ones((n, 16), dtype=torch.float64),
-         "ones": lambda: torch.ones((n, 16), dtype=torch.float64)}[kind]()
+         "ones": lambda: torch.ones((n, 16), dtype=torch.float64),
+         "accum": lambda: torch.ones((n, 16), dtype=torch.float64)}[kind]()
     return [x, w]
 
 
@@ -171,9 +238,11 @@ class Gate:
     ops: tuple[str, ...]
     lengths: Callable[[int], tuple[int, ...]]
     tolerance: Callable[[np.ndarray, np.ndarray, int], np.ndarray]
-    #: defects meaningful on this probe (None = all): an fp16 accumulator on the fp32 cancellation probe only
-    #: overflows (B = 4/eps32 > 65504), which says nothing about the threshold
+    #: defects meaningful on this probe (None = all): on the cancellation probe a recursive fp32 total is an
+    #: honest order (the bound is the worst case of any fp32 order), so only narrower totals count there
     defects: tuple[str, ...] | None = None
+    #: graded on the gradient of the first input (CMP-02) rather than on the forward output
+    grad: bool = False
 
 
 def _value_tol(dtype):
@@ -182,6 +251,16 @@ def _value_tol(dtype):
 
 def _ord01_tol(ref, x, n):
     return np.full(ref.shape, tol.ord01_bound(tol.output_scale(ref), "float32", n))
+
+
+def _prc02_bracket_tol(ref, x, n):
+    # sum|terms| as the verifier measures it: the reference (a row sum, or a matmul with ones) on |x|
+    terms = tol.output_scale(np.abs(x).sum(axis=-1))
+    return tol.prc02_bracket_tol(ref, terms, "float16", n)
+
+
+def _grad_tol(ref, x, n):
+    return tol.grad_tol(ref, "float32", n)
 
 
 def _ord03_tol(ref, x, n):
@@ -199,11 +278,15 @@ GATES: dict[str, Gate] = {
              lambda n: (n, *HELD_OUT), _value_tol("float32")),
         Gate("ORD-01", "reduction-order bound ORD_K*eps*sqrt(N)*scale on same-sign inputs", "positive", "float32",
              ("row_sum", "cumsum", "matmul"), lambda n: (n,), _ord01_tol),
-        Gate("ORD-03", "pairwise bound on a catastrophic-cancellation input", "cancel", "float32",
+        Gate("ORD-03", "any-order fp32 bound gamma_N*sum|terms| on a cancellation input", "cancel", "float32",
              ("row_sum", "cumsum", "matmul"), lambda n: (n,), _ord03_tol,
-             defects=("recursive fp32 total", "dropped last k term")),
+             defects=("fp16 accumulator", "dropped last k term")),
+        Gate("CMP-02", "gradient tolerance with the backward's N-term reductions", "randn", "float32",
+             ("softmax", "layernorm", "matmul"), lambda n: (n,), _grad_tol, grad=True),
         Gate("PRC-02", "fp16 inputs need a wider accumulator (ones, N > 2048)", "ones", "float16",
              ("row_sum", "cumsum", "matmul"), lambda n: (PRC_LEN,), _value_tol("float16")),
+        Gate("PRC-02 blocks", "fp16 inputs need an fp32 total (bracketed rows, fp32 block sums)", "accum",
+             "float16", ("row_sum", "matmul"), lambda n: (PRC_LEN,), _prc02_bracket_tol),
     )
 }
 
@@ -235,11 +318,20 @@ class Probe:
 
 
 def probes(gate: Gate, op: Operator, seed: int) -> list[Probe]:
+    """A gradient gate's probes carry the upstream gradient as their last input (float64, seeded, randn)."""
     out = []
     for i, n in enumerate(gate.lengths(N_NATIVE)):
         inputs = make_inputs(op, gate.kind, n, seed + i)
         # the reference sees the inputs as rounded to the gate dtype, as the candidate does
         rounded = [t.to({"float32": torch.float32, "float16": torch.float16}[gate.dtype]).double() for t in inputs]
+        if gate.grad:
+            gen = torch.Generator().manual_seed(seed + 1000 + i)
+            shape = op.ref(rounded).shape
+            rounded.append(torch.randn(shape, generator=gen, dtype=torch.float64).float().double())
+            ref = _vjp(op.ref, rounded[:-1], rounded[-1]).numpy()
+            x = rounded[0].numpy()
+            out.append(Probe(n, x, ref, gate.tolerance(ref, x, n), rounded))
+            continue
         ref = op.ref(rounded).numpy()
         x = rounded[0].numpy()
         out.append(Probe(n, x, ref, gate.tolerance(ref, x, n), rounded))
@@ -282,14 +374,24 @@ def trip_point(ps: list[Probe], lo: float = 1e-12, hi: float = 1.0, rel: float =
 def calibrate_one(gate: Gate, op: Operator, seed: int) -> dict[str, Any]:
     """Floor, trip point, every defect's onset and the margins for one (gate, operator)."""
     ps = probes(gate, op, seed)
-    honest = [_run(op.honest, p.inputs64, gate.dtype) for p in ps]
+    if gate.grad:
+        fwd = op.grad_honest or op.honest
+        honest = [_vjp(fwd, [t.float() for t in p.inputs64[:-1]], p.inputs64[-1].float()).double().numpy()
+                  for p in ps]
+        candidates = op.grad_defects
+    else:
+        honest = [_run(op.honest, p.inputs64, gate.dtype) for p in ps]
+        candidates = op.defects
     floor = scaled_error(honest, ps)
     trip = trip_point(ps)
     defects = []
-    for name, fn in sorted(op.defects.items()):
+    for name, fn in sorted(candidates.items()):
         if gate.defects is not None and name not in gate.defects:
             continue
-        outs = [_run_defect(fn, p.inputs64, gate.dtype) for p in ps]
+        if gate.grad:
+            outs = [fn([t.float() for t in p.inputs64[:-1]], p.inputs64[-1].float()).double().numpy() for p in ps]
+        else:
+            outs = [_run_defect(fn, p.inputs64, gate.dtype) for p in ps]
         defects.append({"defect": name, "onset": scaled_error(outs, ps), "fails_gate": not passes(outs, ps)})
     caught = [d for d in defects if d["fails_gate"]]
     onset = min((d["onset"] for d in caught), default=None)

@@ -151,11 +151,11 @@ SUM_BF16_BLOCKS = candidate('''        n = x.shape[1]
         parts = xp.reshape(x.shape[0], -1, 8).half().sum(-1).float()
         return parts.sum(-1)''')
 
-# ORD-03: one running fp32 total along the row (recursive summation).
-SUM_SEQUENTIAL = candidate('''        acc = torch.zeros(x.shape[0], dtype=x.dtype)
+# ORD-03: one running total along the row kept in fp16 (any fp32 order is within the bound).
+SUM_SEQUENTIAL = candidate('''        acc = torch.zeros(x.shape[0], dtype=torch.float16)
         for j in range(x.shape[1]):
-            acc = acc + x[:, j]
-        return acc''')
+            acc = (acc.float() + x[:, j]).half()
+        return acc.to(x.dtype)''')
 
 # ORD-02: a call counter perturbs the last bit; a persistent output buffer; in-place on the input.
 SOFTMAX_NONDET = candidate('''        self.calls += 1

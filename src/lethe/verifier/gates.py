@@ -389,9 +389,10 @@ def cmp_01(b: Bundle) -> GateResult:
 
 def cmp_02(b: Bundle) -> GateResult:
     """CMP-02 gradients: input (and, when weights were copied, parameter) gradients for a given upstream
-    gradient match float64 autograd of the reference, itself cross-checked by central finite differences.
-    Why: training kernels ship custom backwards that are never exercised by forward-only checks. A candidate
-    without an autograd graph is "na" (not differentiable), never "pass"."""
+    gradient match float64 autograd of the reference, itself cross-checked by central finite differences,
+    within tolerance.grad_tol (the value tolerance with the backward's reductions of length N over
+    gradient-scale terms accounted for). Why: training kernels ship custom backwards that are never exercised by
+    forward-only checks. A candidate without an autograd graph is "na" (not differentiable), never "pass"."""
     per: dict[str, dict] = {}
     for m in b.probes("CMP-02"):
         pid = m["id"]
@@ -416,9 +417,9 @@ def cmp_02(b: Bundle) -> GateResult:
             if c is None:
                 c = np.zeros_like(r)  # a missing .grad is a zero gradient
             n = tol.reduction_length(n_all, [r.shape])
-            key = b.compare_key(f"p/{pid}/gin{j}", "grad", m["dtype"], n)
+            key = b.compare_key(f"p/{pid}/gin{j}", "grad_tol", m["dtype"], n)
             if key not in b.memo:
-                t = tol.value_tol(r, m["dtype"], n, b.constants, rel_k=b.constants.GRAD_REL_K)
+                t = tol.grad_tol(r, m["dtype"], n, b.constants)
                 b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
             s = b.memo[key]
             checks[f"input{j}"] = s
@@ -433,9 +434,9 @@ def cmp_02(b: Bundle) -> GateResult:
                     bad.append(f"param:{name}")
                     continue
                 n = tol.reduction_length(n_all, [r.shape])
-                key = b.compare_key(f"p/{pid}/gpar/{name}", "grad", m["dtype"], n)
+                key = b.compare_key(f"p/{pid}/gpar/{name}", "grad_tol", m["dtype"], n)
                 if key not in b.memo:
-                    t = tol.value_tol(r, m["dtype"], n, b.constants, rel_k=b.constants.GRAD_REL_K)
+                    t = tol.grad_tol(r, m["dtype"], n, b.constants)
                     b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
                 s = b.memo[key]
                 checks[f"param:{name}"] = s
@@ -553,12 +554,14 @@ def ord_02(b: Bundle) -> GateResult:
 
 def ord_03(b: Bundle) -> GateResult:
     """ORD-03 cancellation-prone reduction order, on two inputs. ``cancel``: rows of +B, many small terms, -B
-    (B = 4/eps, so a running total holding B drops every small term); the candidate stays within
-    ORD03_K*eps*sqrt(N)*sum|terms| (tolerance.ord03_bound). ``offset``: rows M + u whose mean is large against
+    (B = 2^14, probes.cancellation_values); the candidate stays within gamma_N*sum|terms| (tolerance.ord03_bound),
+    the worst case of fp32 summation in any order, so every fp32 order passes (vendor GEMMs' K-loops, which hold
+    B for a whole K panel, included) and a running total narrower than fp32 (fp16, TF32, bf16), which rounds
+    every small term away while it holds B, fails by ~450x. ``offset``: rows M + u whose mean is large against
     their spread, run only for operators that are invariant to the shift (norms, softmax: the reference decides,
     probes.offset_condition); the candidate stays within K_COND*sqrt(N) times the reference's own measured
     sensitivity to eps-relative input perturbations (tolerance.ord03_offset_bound), i.e. within what the
-    problem's condition allows a backward-stable algorithm. Why: a naive running total returns ~0 on the first
+    problem's condition allows a backward-stable algorithm. Why: a narrow running total returns ~0 on the first
     while the exact answer is O(N); a one-pass variance E[x^2] - E[x]^2 keeps no correct digit on the second
     while a two-pass or Welford variance does; zero-mean random inputs expose neither."""
     c = b.constants
@@ -632,6 +635,12 @@ def _precision_gate(b: Bundle, gate: str) -> dict:
             if not charged:
                 per[m["id"]] = {"status": "na", "reason": why}
                 continue
+        if m["kind"] == "accum":
+            scale = float(m.get("abs_scale", 0.0))
+            per[m["id"]] = _value_probe(
+                b, m, gate, lambda r, d, n, s=scale: tol.prc02_bracket_tol(r, s, d, n, b.constants),
+                tol_key=("prc02_bracket_tol", scale))
+            continue
         per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT)
     return per
 
@@ -645,10 +654,14 @@ def prc_01(b: Bundle) -> GateResult:
 
 
 def prc_02(b: Bundle) -> GateResult:
-    """PRC-02 accumulator width: fed fp16/bf16 inputs of ones along an axis of 4099 (> 2048, where an fp16
-    running total stalls; > 256 for bf16), the candidate returns the exact result, i.e. it accumulates in
-    fp32. Why: a half-precision accumulator passes every random-input check at 1e-2 on short rows and silently
-    saturates on long ones."""
+    """PRC-02 accumulator width: fed fp16/bf16 inputs, the candidate returns what an fp32 accumulator returns, on
+    two inputs. ``acc_*``: ones along an axis of 4099 (> 2048, where a serial fp16 running total stalls; > 256
+    for bf16). ``accb_*``: bracketed rows +2^7, 2^-14 ..., -2^7 (probes.accumulation_values), on which a 16-bit
+    total holding 2^7 rounds away every block sum of up to 1024 (fp16) / 8192 (bf16) small terms however
+    precisely the block was summed, while every fp32 order is exact; graded with tolerance.prc02_bracket_tol.
+    Why: a half-precision accumulator passes every random-input check at 1e-2 on short rows and silently
+    saturates on long ones, and the common Triton pattern (``tl.sum`` of a block in fp32, the running total in
+    the input dtype) sums ones exactly."""
     return _fold("PRC-02", _precision_gate(b, "PRC-02"), b, "no accumulation probe was gradable")
 
 

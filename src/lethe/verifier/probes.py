@@ -37,7 +37,7 @@ from lethe.verifier import tolerance as tol
 
 # /2: the ORD-03 "offset" probe; /3: shape and long variants at every size under a per-problem cost budget
 # (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
-PLAN_VERSION = "lethe.plan/3"
+PLAN_VERSION = "lethe.plan/3"  # /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
 # The Triton CPU interpreter runs every program of the grid in Python, so there the candidate, not the float64
 # reference, is the expensive side (Budget.interpret_mult states the rule).
 NUMEL_CAP_INTERPRET = 1 << 15
@@ -537,6 +537,8 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
         Probe("prc_bf16", "rand", ("PRC-01", "RES-01"), dtype="bfloat16", draw=0),
         Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16"),
         Probe("acc_bf16", "ones", ("PRC-02",), dtype="bfloat16"),
+        Probe("accb_fp16", "accum", ("PRC-02",), dtype="float16"),
+        Probe("accb_bf16", "accum", ("PRC-02",), dtype="bfloat16"),
     ]
 
     globs = shape_globals(ns)
@@ -594,6 +596,8 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
             Probe(f"cancel_{label}", "cancel", ("ORD-03",), patch=patch),
             Probe(f"acc_fp16_{label}", "ones", ("PRC-02",), dtype="float16", patch=patch),
             Probe(f"acc_bf16_{label}", "ones", ("PRC-02",), dtype="bfloat16", patch=patch),
+            Probe(f"accb_fp16_{label}", "accum", ("PRC-02",), dtype="float16", patch=patch),
+            Probe(f"accb_bf16_{label}", "accum", ("PRC-02",), dtype="bfloat16", patch=patch),
         ]
         group = P[first:]
         forwards = len(group) + sum(p.kind == "cancel" for p in group)  # cancel also runs the reference on |x|
@@ -637,7 +641,13 @@ def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
         elif k == "positive":
             y = torch.rand(shape, generator=gen, dtype=torch.float64) * 0.5 + 0.5
         elif k == "ones":
+            # a serial 16-bit running total of ones stalls at 2048 (fp16) / 256 (bf16); a scan's outputs carry
+            # the stall too (the bracketed "accum" rows cannot grade a scan: its outputs hold B)
             y = torch.ones(shape, dtype=torch.float64)
+        elif k == "accum":
+            # Only the first floating input carries the bracketed corners (as for "cancel"); the others are ones,
+            # so every product with it is exact.
+            y = accumulation_values(shape) if first_float else torch.ones(shape, dtype=torch.float64)
         elif k == "cancel":
             # Only the first floating input carries the +B/-B pair: it is the operand whose last axis is
             # reduced in the common layouts (x for row reductions, A for A @ B); putting B in every operand
@@ -663,20 +673,70 @@ def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:
     return out
 
 
-def cancellation_values(shape, gen: torch.Generator, dtype: str) -> torch.Tensor:
-    """Catastrophic cancellation along the last axis: +B first, -B last, small terms in [0.5, 1.5) between.
+# PRC-02 "accum" probe (see accumulation_values): corner magnitude and small value, exact in fp16 and bf16.
+ACC_BIG = 2.0**7
+ACC_SMALL = 2.0**-14
 
-    B = 4/eps(dtype) has ulp(B) = 4 in every dtype, so half an ulp (2) exceeds every small term: a running total
-    that holds B rounds each of them away (recursive summation returns ~0 instead of sum(small)), while a
-    blocked or pairwise order only rounds partial sums much larger than s. The exact answer sum(small) is O(N),
-    far from 0 (tolerance.ord03_bound).
+
+def accumulation_values(shape) -> torch.Tensor:
+    """PRC-02 input: ACC_SMALL = 2^-14 everywhere, plus ACC_BIG * prod_a t(i_a) at the corners, with t(0) = +1,
+    t(n_a - 1) = -1 and t = 0 in between along every axis of length >= 3 (t = 1 on shorter axes).
+
+    Every line through two corners, along any axis, is then +B, v, ..., v, -B (B = 2^7, v = 2^-14), and the
+    corners of any plane alternate in sign, so whichever axes a kernel reduces, some of its outputs sum such a
+    row, whose exact value is the small terms' total (~N v). The values are exact in fp16 and bf16, |x| <= B
+    keeps x^2 (and a sum of two squares) inside fp16's range, and v is fp16's smallest normal, so no input is
+    subnormal.
+
+    Why it exposes a running total narrower than fp32 whatever its block size. A kernel that sums blocks of B_k
+    terms at fp32 and adds the block sums into a 16-bit total holds ~B in that total from the first block on;
+    half an ulp of B = 2^7 is 2^-4 in fp16 and 2^-1 in bf16, and a block sum of small terms is B_k * 2^-14, so
+    every block sum is rounded away while B_k <= 2^10 (fp16; ties round to B's even significand) or B_k <=
+    2^13 (bf16): the row comes out as 0, or as the last block's terms, instead of ~N v. An fp32 total is exact
+    in every order: every partial sum is a multiple of 2^-14 below 2^10, which fp32's 24 bits represent. At the
+    4099-long variants that covers fp16 block sizes up to 1024 (larger blocks leave at most four block sums,
+    whose rounding is within the output's own fp16 rounding and the tolerance) and every bf16 block size below
+    the row length; a plain ones input, by contrast, is summed exactly by an fp16 total of any block of 32 or
+    more (power-of-two block sums stay multiples of the total's ulp below 65504).
+    """
+    y = torch.full(tuple(shape), ACC_SMALL, dtype=torch.float64)
+    if len(shape) == 0 or y.numel() == 0:  # nothing to bracket
+        return y
+    corner = torch.ones((), dtype=torch.float64)
+    for a, n in enumerate(shape):
+        t = torch.ones(n, dtype=torch.float64)
+        if n >= 3:
+            t = torch.zeros(n, dtype=torch.float64)
+            t[0], t[-1] = 1.0, -1.0
+        view = [1] * len(shape)
+        view[a] = n
+        corner = corner * t.reshape(view)
+    return torch.where(corner != 0, ACC_BIG * corner, y)
+
+
+# ORD-03 "cancel" probe (see cancellation_values): the magnitude of the +B/-B pair bracketing the small terms.
+CANCEL_BIG = 2.0**14
+
+
+def cancellation_values(shape, gen: torch.Generator, dtype: str = "float32") -> torch.Tensor:
+    """Cancellation along the last axis: +B first, -B last, small terms in [0.5, 1.5) between, B = CANCEL_BIG.
+
+    While a running total holds B, every small term is added to a number 2^14 times its own size. In an
+    accumulator of p mantissa bits that addition keeps the term only if it exceeds half an ulp of B,
+    B * 2^-p: with fp32 (p = 23) half an ulp is 2^-10, so a total of any order keeps every term to ~2^-10 and
+    tolerance.ord03_bound -- the worst case of fp32 summation in *any* order, blocked or serial, with any block
+    structure -- holds by construction; with fp16 or TF32 (p = 10) half an ulp is 8 and with bf16 (p = 7) 64, so
+    a running total kept in any of them rounds every term (products of the other operand's U[0.5, 1.5) values
+    included, < 2.25) away and returns ~0 instead of sum(small) ~ N. B = 2^14 is the smallest power of two at
+    which half an fp16/TF32 ulp exceeds twice the largest product (2^13 would keep some), it is exact in every
+    dtype and fp16's range holds B plus any partial sum of the probe (< 65504). ``dtype`` is the probe dtype
+    (accepted for symmetry with the other constructors; the construction does not depend on it).
     """
     y = torch.rand(shape, generator=gen, dtype=torch.float64) + 0.5
     if len(shape) == 0 or shape[-1] < 3:
         return y
-    big = 4.0 / tol.EPS[dtype]
-    y[..., 0] = big
-    y[..., -1] = -big
+    y[..., 0] = CANCEL_BIG
+    y[..., -1] = -CANCEL_BIG
     return y
 
 

@@ -511,7 +511,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
                     if o.is_floating_point():
                         o = torch.where(o.abs() < tiny, torch.zeros_like(o), o)
                     arrays[f"p/{pid}/ftz{k}"] = to_np(o)
-            if probe.kind == "cancel":
+            if probe.kind in ("cancel", "accum"):  # sum|terms| of rows whose output cancels
                 xa = [x.abs() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in x64]
                 with torch.no_grad():
                     aouts = flatten(ref(*xa))

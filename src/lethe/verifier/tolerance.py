@@ -15,13 +15,36 @@ value tolerance covers one of them:
   is ``(N-1) * u * sum|terms|``; a random-walk model of the rounding errors of pairwise or blocked summation gives
   ``~ sqrt(N) * u * sum|terms|``; ``sum|terms|`` is not observable for an arbitrary operator, so the output scale
   ``|r_i| + S`` stands in for it (for a sum of same-sign terms ``|r_i|`` is exactly ``sum|terms|``; with
-  cancellation it is smaller and the bound tighter, which ORD-03 exploits deliberately). Because the contract
+  cancellation it is smaller; ORD-03's cancellation probe measures sum|terms| instead and grades against the
+  worst case of any fp32 order, :func:`ord03_bound`). Because the contract
   requires an fp32 accumulator (PRC-02), this term uses fp32's eps even for half-precision data:
   ``ORD_K * eps_acc * sqrt(N) * (|r_i| + S)``;
-* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of
-  ``denorm(d)``, so a reduction of length N can be off by ``N * denorm(d)`` even when it is otherwise exact:
-  ``SUB_K * N * denorm(d)``. This term is ~1e-41 for fp32 at N=4096, far below any normal value, so it never
-  hides a real error but keeps a correct kernel from failing on subnormal data.
+* gradual underflow: every operation whose exact result is subnormal is rounded to a multiple of the
+  smallest subnormal of the dtype it is carried out in, so a reduction of length N in the accumulator can be
+  off by ``N * denorm(acc)`` and the final rounding to the data dtype by one ``denorm(d)``, even when both are
+  otherwise exact: ``SUB_K * (N * denorm(acc) + denorm(d))``. For fp32 data this is ~1e-41 at N=4096, far
+  below any normal value, so it never hides a real error but keeps a correct kernel from failing on subnormal
+  data. For half-precision data the N steps are taken in fp32 (PRC-02), so they are not granted N fp16
+  subnormals (2.4e-4 at N = 4096, larger than the outputs of a mean over values near fp16's smallest
+  normal) -- the same reasoning as the reduction term's eps_acc.
+
+Gradients (CMP-02, :func:`grad_tol`). The backward of an operator is built from the transposes of its forward
+steps, and the transpose of a broadcast is a reduction: every statistic the forward reduces over an axis of
+length N and broadcasts back (a softmax's max and sum, a norm's mean and variance, a matmul's K products)
+becomes, in the backward, a sum of N terms of the *gradient's own* scale, whose result lands on one gradient
+element (softmax: the max's gradient, ``-sum_j dz_j``, goes to the argmax position) or is spread over the row.
+Such a sum differs from a forward reduction in one respect: its terms have random signs and often cancel
+exactly (a softmax is invariant to shifting its row, so ``sum_j dz_j = 0``), so the sum's result says nothing
+about its partial sums. The random-walk model still applies, with the partial sums in place of the output: N
+roundings of size ``eps_acc * |partial|``, and a partial sum of k zero-mean terms of RMS S is ~sqrt(k) * S, at
+most ~sqrt(N) * S. The reduction term of the gradient tolerance therefore scales ``|r_i| + sqrt(N) * S``
+rather than ``|r_i| + S``: ``ORD_K * eps_acc * sqrt(N) * (|r_i| + sqrt(N) * S)``. One serial pass over the N
+terms (the worst order an honest backward uses) has a rounding error of about
+``eps_acc * S * N / sqrt(6)`` on its result, ten times inside that term; a pairwise or blocked one about
+``eps_acc * S * sqrt(N * log2 N)``. The final-rounding term of the gradient uses ``GRAD_REL_K`` (a backward is
+a few elementwise steps deeper than its forward). A gradient wrong by a relative 2e-3 (CMP-02's fixture) still
+fails for N up to ~1e3 on the elements where ``|r_i| >~ S``, and wrong terms (a dropped product-rule term, a
+normaliser treated as a constant) are O(1) relative.
 
 The constants are the calibration engineer's knobs (``lethe.calibration`` sweeps them); every gate reads them
 from here and records the values it used in its evidence.
@@ -54,7 +77,7 @@ class Constants:
     REL_K: float = 8.0   # ulps allowed for final rounding + a short chain of elementwise ops after a reduction
     ORD_K: float = 4.0   # the issue's ORD-01 bound: 4 * eps * sqrt(N) * scale
     SUB_K: float = 4.0   # gradual-underflow slack, in units of N * denorm(dtype)
-    ORD03_K: float = 2.0  # cancellation probe: allow ORD03_K * eps * sqrt(N) * sum|terms| (see ord03_bound)
+    ORD03_K: float = 1.0  # cancellation probe: multiples of gamma_N * sum|terms|, any-order fp32 (ord03_bound)
     # offset probe: allow K_COND * sqrt(N) * the measured sensitivity to eps-relative input perturbations
     # (see ord03_offset_bound): ORD_K's random-walk allowance, applied to the condition of the operator
     K_COND: float = 4.0
@@ -157,23 +180,70 @@ def acc_eps(dtype) -> float:
     return EPS["float64"] if dtype_name(dtype) == "float64" else EPS["float32"]
 
 
+def sub_slack(dtype, n: int, c: Constants = DEFAULT) -> float:
+    """Gradual-underflow slack ``SUB_K * (N * denorm(acc) + denorm(dtype))`` (module docstring)."""
+    d = dtype_name(dtype)
+    acc = "float64" if d == "float64" else "float32"
+    return c.SUB_K * (n * DENORM[acc] + DENORM[d])
+
+
 def value_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT, rel_k: float | None = None) -> np.ndarray:
     """Per-element tolerance (module docstring), with m_i = |r_i| + S:
 
-        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * N * denorm(dtype)
+        REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * m_i  +  SUB_K * (N * denorm(acc) + denorm(dtype))
 
     The reduction term uses the accumulator's eps (fp32 even for half-precision data, which is what PRC-02
     requires), so a half-precision kernel is not granted sqrt(N) half-precision ulps per element.
     """
     d = dtype_name(dtype)
     k = c.REL_K if rel_k is None else rel_k
-    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), c.SUB_K * n * DENORM[d]
+    a, b, z = k * EPS[d], c.ORD_K * acc_eps(d) * math.sqrt(n), sub_slack(d, n, c)
     m = _magnitude(ref, with_scale=True)
     if isinstance(m, NUMPY):
         return a * m + b * m + z
     # (a*m + b*m) + z as above, element by element in the same order, in place: one new array instead of four
     out = m.mul(a)
     return out.add_(m.mul_(b)).add_(z).numpy()
+
+
+def grad_tol(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """CMP-02's per-element tolerance on a gradient (module docstring, "Gradients"), with m_i = |r_i| + S:
+
+        GRAD_REL_K * eps(dtype) * m_i  +  ORD_K * eps_acc * sqrt(N) * (|r_i| + sqrt(N) * S)  +  sub_slack
+
+    i.e. :func:`value_tol` with REL_K -> GRAD_REL_K and the reduction term's scale S -> sqrt(N) * S: a backward
+    reduction sums N gradient-scale terms of random sign whose partial sums reach sqrt(N) * S even where the
+    result cancels to ~0. ``N`` is the operator's reduction length (:func:`reduction_length`), the length of the
+    backward's reductions too: a reduction over an axis in the forward is a broadcast over it in the backward
+    and a broadcast is a reduction.
+    """
+    d = dtype_name(dtype)
+    sq = math.sqrt(n)
+    a, b, z = c.GRAD_REL_K * EPS[d], c.ORD_K * acc_eps(d) * sq, sub_slack(d, n, c)
+    r = _magnitude(ref, with_scale=False)
+    s = output_scale(ref)
+    if isinstance(r, NUMPY):
+        return a * (r + s) + b * (r + sq * s) + z
+    # the same operations in the same order, on torch for large arrays
+    out = r.add(s).mul_(a)
+    return out.add_(r.add_(sq * s).mul_(b)).add_(z).numpy()
+
+
+def prc02_bracket_tol(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """PRC-02 on the bracketed accumulation rows (probes.accumulation_values): :func:`value_tol` plus the
+    reduction's random-walk allowance applied to sum|terms| instead of the output:
+
+        value_tol(ref, dtype, N)  +  ORD_K * eps_acc * sqrt(N) * sum|terms|
+
+    The rows +B, v, ..., v, -B cancel, so an output understates the size of what was summed; where the
+    bracketed input meets another operand that is not constant along the axis (a weight, a state that varies
+    across the row), an honest fp32 accumulator rounds partial sums of size ~B, not of the output's size.
+    sum|terms| is measured as ORD-03's is, by the reference on |x|. For a plain sum of the rows an fp32 total is
+    exact, and the allowance (4 * 2^-23 * 64 * 2^8 = 7.8e-3 at N = 4099) stays far below what a 16-bit total
+    loses (~N * 2^-14 = 0.25).
+    """
+    t = value_tol(ref, dtype, n, c)
+    return t + c.ORD_K * acc_eps(dtype) * math.sqrt(max(n, 1)) * terms_scale
 
 
 def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
@@ -197,24 +267,38 @@ def ord01_bound(ref: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.nd
     return scale.mul_(k).add_(z).numpy()  # the same two operations, in place on a large array
 
 
-def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
-    """ORD-03: on a cancellation input the error may be ORD03_K*eps*sqrt(N)*sum|terms| (+ final rounding).
+def sum_gamma(n: int, dtype) -> float:
+    """gamma_n = n*u / (1 - n*u) with u = eps_acc/2 (the unit roundoff of the accumulator the contract requires):
+    the classical bound on the relative error, against sum|terms|, of a sum of n terms (or a dot product of
+    length n, whose products are rounded once) evaluated in *any* order -- any tree, serial, blocked with any
+    block sizes, split-K -- since every term passes through at most n roundings of at most u each."""
+    u = acc_eps(dtype) / 2.0
+    nu = max(int(n), 1) * u
+    return nu / (1.0 - nu) if nu < 1.0 else math.inf
 
-    The probe row is +B, N-2 small terms s in [0.5, 1.5), -B with B = 4/eps, so ulp(B)/2 = 2 > s. One running
-    total (recursive summation, the naive per-element loop) sits at B while the small terms arrive and rounds
-    every one of them away: its error is sum(s) ~ N. The bound is 2*eps*sqrt(N)*(2B) = 16*sqrt(N) in every
-    dtype, so a running total fails once N > 256 (4x at the 4099-long probe). Blocked, pairwise and tree orders
-    (tl.sum, torch's cascade sum, a GPU MMA's k-steps feeding the accumulator) round only partial sums that
-    are much larger than s and stay far inside it. sum|terms| is measured by running the reference on |x|.
+
+def ord03_bound(ref: np.ndarray, terms_scale: float, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """ORD-03 on the cancellation probe: ``REL_K*eps*|r_i| + ORD03_K*gamma_N*sum|terms| + SUB_K*N*denorm``.
+
+    The probe row is +B, N-2 small terms in [0.5, 1.5), -B with B = probes.CANCEL_BIG = 2^14. The contract is
+    that the reduction is carried out in fp32 (fp64 for fp64 data) in *some* order, any order: vendor GEMMs
+    run one fused multiply-add chain per output element along K, blocked by a K panel whose length depends on
+    the library and the CPU (384 on one machine, the whole K on another; a CUDA core GEMM's main loop is one
+    chain over all of K), so an honest kernel may hold B in its running total for all N steps. gamma_N *
+    sum|terms| (:func:`sum_gamma`) is the worst case of exactly that set of algorithms, so no fp32 order can
+    fail it, while an accumulator narrower than fp32 on this row drops the ~N small terms whole (see
+    probes.cancellation_values): its error ~N against a bound of ~N*2^-24*(2B + N) ~ N/450 at N = 4099, a
+    factor of ~450. ORD03_K = 1: the bound is already a worst case, no statistical margin is needed.
+    sum|terms| is measured by running the reference on |x|; REL_K*eps*|r_i| covers the final rounding and an
+    elementwise tail after the reduction.
     """
     e = EPS[dtype_name(dtype)]
     k, z = c.REL_K * e, c.SUB_K * n * DENORM[dtype_name(dtype)]
-    s = c.ORD03_K * e * math.sqrt(max(n, 1)) * terms_scale
+    s = c.ORD03_K * sum_gamma(n, dtype) * terms_scale
     r = _magnitude(ref, with_scale=False)
     if isinstance(r, NUMPY):
         return k * r + s + z
     return r.mul_(k).add_(s).add_(z).numpy()  # ((k*r) + s) + z, in place on a large array
-
 
 
 def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Constants = DEFAULT) -> np.ndarray:
