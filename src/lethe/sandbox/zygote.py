@@ -55,7 +55,8 @@ _STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MA
 # backward, which the verifier's reference runs for every kernel; a spawned child would pay that inside the
 # candidate's clock every time. Importing them earlier changes which modules are loaded at ``ready``, not
 # what any function computes.
-WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes",)}
+# torch._dynamo: the probe plan traces every reference on the meta device, which imports it (1.5-3 s a process).
+WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes", "torch._dynamo")}
 # Per-run paths inside the private run directory (the zygote gets its own); read lazily, so the child's
 # environment can simply replace them.
 PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
