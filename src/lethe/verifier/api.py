@@ -111,7 +111,7 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
     res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
                      payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
                               "interpret": interpret, "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
-                     timeout_s=timeout_s, memory_mb=memory_mb, device="cpu")
+                     timeout_s=timeout_s, memory_mb=memory_mb, device="cpu", max_file_mb=P.REF_RESULT_MB)
     result = dict(res.result or {})
     if res.status != "ok" or not result.get("ok"):
         result["ok"] = False

@@ -31,13 +31,13 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
 from lethe.verifier import tolerance as tol
 
 # /2: the ORD-03 "offset" probe; /3: shape and long variants at every size under a per-problem cost budget
 # (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
 PLAN_VERSION = "lethe.plan/3"  # /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
+REF_RESULT_MB = 8192  # the reference process's result file cap (RLIMIT_FSIZE), which Budget.result_mb plans within
 # The Triton CPU interpreter runs every program of the grid in Python, so there the candidate, not the float64
 # reference, is the expensive side (Budget.interpret_mult states the rule).
 NUMEL_CAP_INTERPRET = 1 << 15
@@ -96,7 +96,7 @@ class Budget:
     * returned arrays: all admitted variants (both pools) together return at most min(``held_mb``,
       ``result_mb`` - what the base shape's probes return, estimated as their number times one base probe's
       inputs and float64 outputs). The reference process sends every probe's arrays back in one result file,
-      which the sandbox caps (``result_mb`` is its default ``max_file_mb``), and the base probes come first: a
+      which the sandbox caps (``result_mb``: the reference's ``max_file_mb``, ``REF_RESULT_MB``), and the base probes come first: a
       variant must never turn a verification that fits into one that cannot return its result. The plan does
       not depend on a gate filter, so a CMP-03-only run gets the variants a full run would.
     """
@@ -109,7 +109,7 @@ class Budget:
     mem_mult: float = 2.0
     mem_ceiling_mb: float = 4096.0
     held_mb: float = 2048.0
-    result_mb: float = 4096.0
+    result_mb: float = float(REF_RESULT_MB)  # the bracketed and long PRC-02 rows make a big problem's base probes ~4 GB
     interpret_numel: int = NUMEL_CAP_INTERPRET
     interpret_mult: float = 1.25
 
@@ -259,6 +259,10 @@ class _Work(TorchDispatchMode):
         kwargs = kwargs or {}
         facts = self._ops.get(func)
         if facts is None:
+            # Imported here, not at module level: torch.utils.flop_counter imports triton, and a process that
+            # imports triton before it sets TRITON_INTERPRET gets compiled, not interpreted, kernels.
+            from torch.utils.flop_counter import flop_registry
+
             facts = self._ops[func] = (flop_registry.get(func.overloadpacket), func.is_view,
                                        any(r.alias_info is not None for r in func._schema.returns))
         formula, view, alias = facts
