@@ -78,6 +78,11 @@ def test_table_rows_rates_and_h200_column(rows):
     assert all(r["h200"] == T.NOT_RUN_H200 for r in tr.values())
     h200 = [r for r in rows if r["profile"] == "strict" and r["id"] == "L1/1_Relu"]
     assert T.table_rows(rows, EXPL, h200)[0]["h200"] == "0.0% (0/1)"
+    # Kernels: 4 graded; L1/2 fails only a real gate, L1/3 and the hand kernel fail false ones.
+    assert tr["any gate (kernels)"]["rate_strict"] == "50.0% (2/4)"
+    assert (tr["any gate (kernels)"]["fail"], tr["any gate (kernels)"]["real"]) == (3, 1)
+    assert tr["any gate (hand-written)"]["rate_strict"] == "100.0% (1/1)"
+    assert tr["any gate (kernels)"]["rate_fast"] == "50.0% (2/4)"
 
 
 def test_max_ratio_reads_nested_evidence():

@@ -3,7 +3,7 @@
 Every member of the trusted corpus is correct code, so every gate failure on it is either a real property of
 that code that the contract rightly rejects (torch's own atomics are not run-to-run deterministic, say), or a
 false fail of the verifier. ``data/trusted/explanations.yaml`` says which, per (kernel pattern, gate): each
-entry has ``class`` (``real`` or ``false_fail``), a short ``cause`` and a one-line ``why``. A failure that no
+entry (kernel and gate are fnmatch patterns) has ``class`` (``real`` or ``false_fail``), a short ``cause`` and a one-line ``why``. A failure that no
 entry explains is shown as ``unexplained`` and counted as a false fail until someone explains it.
 
 Per gate and profile: ``applicable`` = gated rows whose gate graded (pass, fail or error; ``na`` is not
@@ -50,9 +50,9 @@ def load_explanations(path: str | Path = EXPLANATIONS) -> list[dict[str, Any]]:
 
 
 def explain(kernel_id: str, gate: str, profile: str, explanations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The first entry whose kernel pattern (fnmatch), gate and profiles (all when absent) match."""
+    """The first entry whose kernel and gate patterns (fnmatch) and profiles (all when absent) match."""
     for e in explanations:
-        if e["gate"] != gate or not fnmatch.fnmatchcase(kernel_id, e["kernel"]):
+        if not fnmatch.fnmatchcase(gate, e["gate"]) or not fnmatch.fnmatchcase(kernel_id, e["kernel"]):
             continue
         if e.get("profiles") and profile not in e["profiles"]:
             continue
@@ -153,6 +153,26 @@ def gate_counts(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mappin
     return out
 
 
+def kernel_counts(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[str, Any]], profile: str,
+                  kind: str | None = None) -> dict[str, int]:
+    """Per kernel under one profile: graded kernels, those with any failing gate, those whose every failure
+    is a real property of the code, and the rest (a correct kernel the verifier rejects: a false verdict)."""
+    c = {"applicable": 0, "fail": 0, "real": 0, "false": 0}
+    for r in rows:
+        if r["status"] != "gated" or r["profile"] != profile or (kind and r.get("op_class") != kind):
+            continue
+        c["applicable"] += 1
+        fired = [g for g in GATES if r["gates"][g]["status"] in FIRED]
+        if not fired:
+            continue
+        c["fail"] += 1
+        if all(explain(r["id"], g, profile, explanations)["class"] == "real" for g in fired):
+            c["real"] += 1
+        else:
+            c["false"] += 1
+    return c
+
+
 def _rate(c: Mapping[str, int]) -> str:
     if not c["applicable"]:
         return "–"
@@ -172,6 +192,13 @@ def table_rows(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping
                     "false": s["false"], "rate_strict": _rate(s), "rate_cuda": _rate(per["cuda-default"][g]),
                     "rate_fast": _rate(per["fast-math"][g]),
                     "h200": _rate(h200[g]) if h200 is not None else NOT_RUN_H200})
+    for label, kind in (("any gate (kernels)", None), ("any gate (hand-written)", "hand")):
+        k = {p: kernel_counts(rows, explanations, p, kind) for p in PROFILES}
+        hk = kernel_counts(h200_rows, explanations, "strict", kind) if h200_rows else None
+        s = k["strict"]
+        out.append({"gate": label, "applicable": s["applicable"], "fail": s["fail"], "real": s["real"],
+                    "false": s["false"], "rate_strict": _rate(s), "rate_cuda": _rate(k["cuda-default"]),
+                    "rate_fast": _rate(k["fast-math"]), "h200": _rate(hk) if hk is not None else NOT_RUN_H200})
     return out
 
 
@@ -220,7 +247,8 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
              "for the float64 reference and again for the candidate.",
              "applicable: gated rows whose gate graded (not na); fail includes verifier errors; real: failures "
              "explained as a property of that code (data/trusted/explanations.yaml); the false-fail rate counts "
-             "every other failure, unexplained ones included.",
+             "every other failure, unexplained ones included. The any-gate rows count kernels: a kernel is a false "
+             "fail when some failing gate is not explained as a real property of its code.",
              f"CPU: {summary.get('machine', 'this machine')}, profiles graded from one candidate run each."]
     render_table(table_rows(rows, explanations, h200_rows),
                  [("gate", "gate"), ("applicable", "CPU applicable"), ("fail", "CPU fail"), ("real", "real"),
