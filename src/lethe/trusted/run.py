@@ -4,8 +4,15 @@ One command runs (and, run again, resumes) the whole corpus::
 
     PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 15 python -m lethe.trusted.run --device cpu --out results/trusted
 
-(``--device cuda --out results/trusted/h200`` on the H200; ``--kb-root`` when the KernelBench checkout is not
-beside the worktree.) Every finished kernel is appended to a checkpoint (``lethe.audit.shard.run_shard``:
+(``--kb-root`` when the KernelBench checkout is not beside the worktree.) On the H200, whose copy of the tree
+has no ``../shared``: copy the checkout's ``KernelBench/`` into a folder of the repository that git ignores
+(``.kb/``), carry it, and run in calls that each fit the device's per-command limit, with the checkpoint kept
+beside the results so that it travels back and forth with the tree::
+
+    python -m lethe.trusted.run --device cuda --kb-root .kb --out results/trusted/h200 \
+        --checkpoint results/trusted/h200/checkpoint.jsonl --stop-after-s 480
+
+(then copy ``results/trusted/h200`` to ``$OUT``; repeat until ``summary.json`` says nothing is left). Every finished kernel is appended to a checkpoint (``lethe.audit.shard.run_shard``:
 fsynced JSONL, torn lines cut away, stale rows -- other sources, seed or verifier code -- redone), so a killed
 run loses at most the kernel in flight. Kernels run one at a time in corpus order (level, then input size), and
 the run stops starting new kernels once ``--stop-after-s`` seconds have passed or the clock reaches
@@ -308,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
         n = drop_rows(checkpoint, lambda r: r.get("status") != "timeout")
         print(f"dropped {n} timeout rows from {checkpoint}", file=sys.stderr)
     budget = C.Budget(max_numel=a.max_numel, max_flops=a.max_flops)
-    corpus = C.build(a.kb_root, levels=[int(x) for x in a.levels.split(",")], budget=budget,
-                     census_cache=out / "corpus.json")
+    # The census depends only on the problem files, so another device's committed manifest serves as well.
+    cache = out / "corpus.json"
+    if not cache.exists():
+        cache = REPO_ROOT / "results" / "trusted" / "corpus.json"
+    corpus = C.build(a.kb_root, levels=[int(x) for x in a.levels.split(",")], budget=budget, census_cache=cache)
     n_ex = sum(1 for m in corpus["members"] if m["excluded"])
     print(f"corpus: {len(corpus['members'])} members, {n_ex} excluded by the static budget, "
           f"{len(corpus['items'])} to verify", file=sys.stderr, flush=True)
