@@ -138,3 +138,40 @@ def test_deadline():
     assert TR._deadline(5, None, now=10.0) == 15.0
     d = TR._deadline(None, "00:00", now=0.0)
     assert 0 < d <= 24 * 3600
+
+
+def test_the_verifier_gets_the_kernel_budget_and_the_shard_backstop_covers_every_phase(tmp_path):
+    got = []
+
+    def verify(**kw):
+        got.append(kw["timeout_s"])
+        return fake_verify(**kw)
+
+    TR.run(_corpus(1), tmp_path / "out", checkpoint=tmp_path / "ck.jsonl", profiles=["strict"], device="cpu",
+           seed=1, budget_s=7.0, verify_fn=verify, log=lambda m: None)
+    assert got == [7.0]
+    assert TR.backstop_s(7.0) >= 3 * 7.0
+
+
+def test_a_late_second_call_waits_for_the_running_verification():
+    import threading
+
+    calls = Calls()
+    gate = threading.Event()
+    slow = calls.verify_profiles
+
+    def verify_profiles(*a, **kw):
+        gate.wait(5)
+        return slow(*a, **kw)
+
+    memo = TR.ProfileMemo(PROFILES, ref_memory_mb=1, memory_mb=1, verify_profiles=verify_profiles,
+                          run_reference=calls.run_reference)
+    first = threading.Thread(target=_ask, args=(memo, "strict"))
+    first.start()
+    time.sleep(0.2)
+    second = threading.Thread(target=_ask, args=(memo, "cuda-default"))
+    second.start()
+    gate.set()
+    first.join(5)
+    second.join(5)
+    assert calls.verify == 1

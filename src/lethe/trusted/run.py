@@ -30,6 +30,7 @@ import datetime as dt
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -60,15 +61,21 @@ class ProfileMemo:
         self._verify_profiles = verify_profiles
         self._run_reference = run_reference
         self._memo: dict[tuple, dict[str, dict]] = {}
+        self._lock = threading.Lock()
 
     def __call__(self, *, ref_src: str, cand_src: str, profile: str, device: str, seed: int, kernel_id: str,
                  corpus: str, timeout_s: float) -> dict:
+        """``timeout_s`` is the per-kernel budget; each sandboxed phase (reference, candidate, ahead-of-time pass)
+        gets it in full, so ``run_shard``'s own backstop must be given :func:`backstop_s` of it."""
         key = (kernel_id, C._sha(ref_src), C._sha(cand_src), seed, device)
-        if key not in self._memo:
-            self._forget_other_references(C._sha(ref_src))
-            self._memo = {key: self._verify_all(ref_src, cand_src, device=device, seed=seed, kernel_id=kernel_id,
-                                                corpus=corpus, timeout_s=timeout_s)}
-        return dict(self._memo[key][profile])
+        # One verification at a time: a call arriving while an earlier one for the same kernel is still running
+        # (its caller gave up on it) waits for it instead of starting a second copy.
+        with self._lock:
+            if key not in self._memo:
+                self._forget_other_references(C._sha(ref_src))
+                self._memo = {key: self._verify_all(ref_src, cand_src, device=device, seed=seed,
+                                                    kernel_id=kernel_id, corpus=corpus, timeout_s=timeout_s)}
+            return dict(self._memo[key][profile])
 
     def _forget_other_references(self, ref_sha: str) -> None:
         """Keep the verifier's in-process reference cache to the current problem's entries.
@@ -118,6 +125,13 @@ class ProfileMemo:
                                timeout_s=timeout_s, memory_mb=self.memory_mb, kernel_id=kernel_id, corpus=corpus,
                                op_class="trusted")
         return {r["profile"]: r for r in rows}
+
+
+def backstop_s(budget_s: float) -> float:
+    """How long ``run_shard`` waits for one kernel before it writes a timeout row: the verifier enforces the
+    budget itself, once per sandboxed phase (reference, candidate, ahead-of-time pass), so the backstop only
+    catches a hung verifier."""
+    return 3.0 * budget_s
 
 
 def _deadline(stop_after_s: float | None, stop_at: str | None, now: float | None = None) -> float | None:
@@ -183,8 +197,9 @@ def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoin
             log(f"deadline reached before item {i + 1}/{len(items)} ({it['id']}); stopping")
             break
         k0 = time.monotonic()
-        rows = run_shard([it], checkpoint, verify_fn=verify_fn, profiles=profiles, device=device, seed=seed,
-                         timeout_s=budget_s, corpus=CORPUS, shard_label="", progress=False)
+        rows = run_shard([it], checkpoint, verify_fn=_with_budget(verify_fn, budget_s), profiles=profiles,
+                         device=device, seed=seed, timeout_s=backstop_s(budget_s), corpus=CORPUS, shard_label="",
+                         progress=False)
         took = time.monotonic() - k0
         if took > 1.0:
             started += 1
@@ -237,6 +252,16 @@ def machine(device: str) -> str:
     except ImportError:
         tv = "none"
     return f"{where}; torch {torch.__version__}, Triton {tv}, Python {platform.python_version()}"
+
+
+def _with_budget(verify_fn: Callable[..., Mapping[str, Any]], budget_s: float) -> Callable[..., Mapping[str, Any]]:
+    """``verify_fn`` with the per-kernel budget as its timeout (run_shard passes its backstop instead)."""
+
+    def call(**kw: Any) -> Mapping[str, Any]:
+        kw["timeout_s"] = budget_s
+        return verify_fn(**kw)
+
+    return call
 
 
 def _fails(rows: list[Mapping[str, Any]]) -> str:
