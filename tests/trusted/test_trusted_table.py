@@ -97,13 +97,15 @@ def test_render_writes_both_tables(rows, tmp_path):
     summary = {"by_kind": {k: {"members": 3, "excluded_static": 1, "eligible": 2, "attempted": 2,
                                "not_reached": 0, "statuses": {"gated": 2, "candidate_over_time_budget": 1},
                                "excluded_static_reasons": {"elements": 1}} for k in ("self", "hand")},
-               "budget": {"max_numel": 8, "max_flops": 5e8}, "run": {"budget_s": 120}, "machine": "a CPU"}
+               "budget": {"max_numel": 8, "max_flops": 5e8}, "machine": "a CPU",
+               "run": {"budget_s": 120, "ref_memory_mb": 4096, "memory_mb": 2048}}
     paths = [tmp_path / n for n in ("t.md", "t.tex", "f.md", "f.tex")]
     T.render(rows, summary, EXPL, *paths)
     md = paths[0].read_text()
     assert "CMP-02" in md and "33.3% (1/3)" in md and T.NOT_RUN_H200 in md and "a CPU" in md
     assert "1 excluded by the size budget (1 by elements)" in md
     assert "1 not graded (the candidate outran the per-kernel time budget)" in md
+    assert "4,096 MB for the reference, 2,048 MB for the candidate" in md
     fmd = paths[2].read_text()
     assert "gradient bound does not grow with the row" in fmd and "real property of that code" in fmd
     assert "unexplained" in fmd and "1.57" in fmd

@@ -219,6 +219,7 @@ def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoin
     summary["budget"] = dict(corpus["budget"])
     summary["machine"] = machine(device)
     summary["run"] = {"profiles": profiles, "device": device, "seed": seed, "budget_s": budget_s,
+                      "ref_memory_mb": ref_memory_mb, "memory_mb": memory_mb,
                       "stopped_early": stopped_early, "kernels_run_this_call": started,
                       "wall_s_this_call": round(time.monotonic() - t0, 1)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")

@@ -244,7 +244,8 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
              f"Size budget per problem: one float64 forward moves at most {budget.get('max_numel', 0):,} input and "
              f"output elements and costs at most {budget.get('max_flops', 0):.3g} matmul/convolution FLOPs "
              f"(torch's FLOP counter on the meta device); per-kernel time budget {run.get('budget_s', 0):.0f} s "
-             "for the float64 reference and again for the candidate.",
+             f"for the float64 reference and again for the candidate; memory {run.get('ref_memory_mb', 0):,} MB "
+             f"for the reference, {run.get('memory_mb', 0):,} MB for the candidate.",
              "applicable: gated rows whose gate graded (not na); fail includes verifier errors; real: failures "
              "explained as a property of that code (data/trusted/explanations.yaml); the false-fail rate counts "
              "every other failure, unexplained ones included. The any-gate rows count kernels: a kernel is a false "
