@@ -103,7 +103,7 @@ def test_render_writes_both_tables(rows, tmp_path):
     T.render(rows, summary, EXPL, *paths)
     md = paths[0].read_text()
     assert "CMP-02" in md and "33.3% (1/3)" in md and T.NOT_RUN_H200 in md and "a CPU" in md
-    assert "1 excluded by the size budget (1 by elements)" in md
+    assert "1 excluded by the size budget (1 by element count)" in md
     assert "1 not graded (the candidate outran the per-kernel time budget)" in md
     assert "4,096 MB for the reference, 2,048 MB for the candidate" in md
     fmd = paths[2].read_text()

@@ -216,7 +216,8 @@ def coverage_note(summary: Mapping[str, Any]) -> str:
         other = {s: n for s, n in st.items()
                  if s not in ("gated", "excluded_reference_over_time_budget", "candidate_over_time_budget",
                               "excluded_reference_over_memory_budget")}
-        reasons = ", ".join(f"{n} by {why}" for why, n in k["excluded_static_reasons"].items())
+        words = {"elements": "element count", "flops": "FLOPs", "untraceable": "unknown size (not traceable)"}
+        reasons = ", ".join(f"{n} by {words.get(why, why)}" for why, n in k["excluded_static_reasons"].items())
         text = (f"{label}: {k['members']} members, {k['excluded_static']} excluded by the size budget"
                 + (f" ({reasons})" if reasons else "")
                 + f", {k['attempted']} attempted of {k['eligible']} eligible, {gated} graded")
