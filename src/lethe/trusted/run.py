@@ -1,0 +1,364 @@
+"""Verify every trusted candidate, resumably, within a per-kernel and an overall wall-clock budget.
+
+One command runs (and, run again, resumes) the whole corpus::
+
+    PYTHONPATH=src OMP_NUM_THREADS=1 nice -n 15 python -m lethe.trusted.run --device cpu --out results/trusted
+
+(``--kb-root`` when the KernelBench checkout is not beside the worktree.) On the H200, whose copy of the tree
+has no ``../shared``: copy the checkout's ``KernelBench/`` into a folder of the repository that git ignores
+(``.kb/``), carry it, and run in calls that each fit the device's per-command limit, with the checkpoint kept
+beside the results so that it travels back and forth with the tree::
+
+    python -m lethe.trusted.run --device cuda --kb-root .kb --out results/trusted/h200 \
+        --checkpoint results/trusted/h200/checkpoint.jsonl --stop-after-s 480
+
+(then copy ``results/trusted/h200`` to ``$OUT``; repeat until ``summary.json`` says nothing is left). Every finished kernel is appended to a checkpoint (``lethe.audit.shard.run_shard``:
+fsynced JSONL, torn lines cut away, stale rows -- other sources, seed or verifier code -- redone), so a killed
+run loses at most the kernel in flight. Kernels run one at a time in corpus order (level, then input size), and
+the run stops starting new kernels once ``--stop-after-s`` seconds have passed or the clock reaches
+``--stop-at`` (UTC, HH:MM); the committed files always say how far it got.
+
+Each candidate runs once and is graded under every profile (``verify_profiles``). The float64 reference runs
+first under the per-kernel budget: a reference that needs longer is recorded as a ``timeout`` row whose error
+says so, i.e. the problem is excluded at run time, with its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from lethe.provenance import REPO_ROOT
+from lethe.trusted import corpus as C
+
+CORPUS = "trusted"
+REF_BUDGET_PREFIX = "float64 reference exceeded the per-kernel budget"
+REF_MEMORY_PREFIX = "float64 reference exceeded the per-kernel memory budget"
+
+
+class ProfileMemo:
+    """A ``verify_fn`` for ``run_shard`` that verifies once per kernel and hands out one row per profile.
+
+    ``run_shard`` asks for (kernel, profile) pairs one at a time; the verifier grades every profile from one
+    candidate run, so the first request of a kernel runs ``verify_profiles`` for all profiles and the others are
+    answered from memory.
+    """
+
+    def __init__(self, profiles: list[str], *, ref_memory_mb: int, memory_mb: int,
+                 verify_profiles: Callable[..., list[dict]] | None = None,
+                 run_reference: Callable[..., Any] | None = None) -> None:
+        self.profiles = list(profiles)
+        self.ref_memory_mb = ref_memory_mb
+        self.memory_mb = memory_mb
+        self._verify_profiles = verify_profiles
+        self._run_reference = run_reference
+        self._memo: dict[tuple, dict[str, dict]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, *, ref_src: str, cand_src: str, profile: str, device: str, seed: int, kernel_id: str,
+                 corpus: str, timeout_s: float) -> dict:
+        """``timeout_s`` is the per-kernel budget; each sandboxed phase (reference, candidate, ahead-of-time pass)
+        gets it in full, so ``run_shard``'s own backstop must be given :func:`backstop_s` of it."""
+        key = (kernel_id, C._sha(ref_src), C._sha(cand_src), seed, device)
+        # One verification at a time: a call arriving while an earlier one for the same kernel is still running
+        # (its caller gave up on it) waits for it instead of starting a second copy.
+        with self._lock:
+            if key not in self._memo:
+                self._forget_other_references(C._sha(ref_src))
+                self._memo = {key: self._verify_all(ref_src, cand_src, device=device, seed=seed,
+                                                    kernel_id=kernel_id, corpus=corpus, timeout_s=timeout_s)}
+            return dict(self._memo[key][profile])
+
+    def _forget_other_references(self, ref_sha: str) -> None:
+        """Keep the verifier's in-process reference cache to the current problem's entries.
+
+        The corpus visits each problem's members together, so older references are never asked for again, and
+        the float64 arrays of a large problem would otherwise stay in this process for the rest of the run.
+        """
+        if self._verify_profiles is not None or ref_sha == getattr(self, "_ref_sha", None):
+            return
+        from lethe.verifier import api
+
+        api._REF_CACHE.clear()
+        self._ref_sha = ref_sha
+
+    def _verify_all(self, ref_src: str, cand_src: str, *, device: str, seed: int, kernel_id: str, corpus: str,
+                    timeout_s: float) -> dict[str, dict]:
+        from lethe.verifier import api
+        from lethe.verifier import records as R
+
+        run_reference = self._run_reference or api.run_reference
+        verify_profiles = self._verify_profiles or api.verify_profiles
+        dev = api.resolve_device(device)
+        interpret = dev == "cpu" and "triton" in cand_src
+        # The reference runs here first, under the kernel's budget, and lands in the verifier's reference cache,
+        # so verify_profiles below reuses it instead of running it again under its own (longer) default limit.
+        t0 = time.monotonic()
+        status, res, _arr, raw = run_reference(ref_src, seed, timeout_s=timeout_s, memory_mb=self.ref_memory_mb,
+                                               interpret=interpret)
+        if status != "ok" or not (res or {}).get("ok"):
+            # Handled here: verify_profiles would run a failed reference again, under its own longer limit.
+            secs = round(time.monotonic() - t0, 3)
+            if status == "timeout":
+                row_status, err = "timeout", f"{REF_BUDGET_PREFIX} ({timeout_s:.0f} s)"
+            elif status == "oom":
+                row_status, err = "ref_broken", f"{REF_MEMORY_PREFIX} ({self.ref_memory_mb} MB)"
+            else:
+                row_status = "ref_broken"
+                err = (res or {}).get("error") or f"reference sandbox {status}: {getattr(raw, 'detail', '')}"
+            return {p: R.make_row(id=kernel_id, corpus=corpus, profile=p, device=dev, seed=int(seed),
+                                  status=row_status, seconds=secs, error=str(err)[:2000],
+                                  environment=json.dumps(api.environment(dev), sort_keys=True),
+                                  sources=json.dumps({"ref_sha256": C._sha(ref_src), "cand_sha256": C._sha(cand_src)},
+                                                     sort_keys=True),
+                                  gates=R.na_gates(f"row status {row_status}", int(seed)))
+                    for p in self.profiles}
+        rows = verify_profiles(ref_src, cand_src, profiles=self.profiles, device=device, seed=seed,
+                               timeout_s=timeout_s, memory_mb=self.memory_mb, kernel_id=kernel_id, corpus=corpus,
+                               op_class="trusted")
+        return {r["profile"]: r for r in rows}
+
+
+def backstop_s(budget_s: float) -> float:
+    """How long ``run_shard`` waits for one kernel before it writes a timeout row: the verifier enforces the
+    budget itself, once per sandboxed phase (reference, candidate, ahead-of-time pass), so the backstop only
+    catches a hung verifier."""
+    return 3.0 * budget_s
+
+
+def _deadline(stop_after_s: float | None, stop_at: str | None, now: float | None = None) -> float | None:
+    """Monotonic time after which no new kernel starts (None: run to the end)."""
+    now = time.monotonic() if now is None else now
+    ends = []
+    if stop_after_s:
+        ends.append(now + float(stop_after_s))
+    if stop_at:
+        hh, mm = (int(x) for x in stop_at.split(":"))
+        utc = dt.datetime.now(dt.timezone.utc)
+        target = utc.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        if target <= utc:
+            target += dt.timedelta(days=1)
+        ends.append(now + (target - utc).total_seconds())
+    return min(ends) if ends else None
+
+
+def drop_rows(checkpoint: str | os.PathLike[str], keep: Callable[[Mapping[str, Any]], bool]) -> int:
+    """Rewrite the checkpoint without the rows ``keep`` rejects (atomically); returns how many were dropped."""
+    from lethe.audit.shard import read_checkpoint
+
+    rows = read_checkpoint(checkpoint)
+    kept = [r for r in rows if keep(r)]
+    if len(kept) == len(rows):
+        return 0
+    tmp = Path(f"{checkpoint}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in kept:
+            fh.write(json.dumps(r, sort_keys=True, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, checkpoint)
+    return len(rows) - len(kept)
+
+
+def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoint: str | os.PathLike[str],
+        profiles: list[str], device: str, seed: int, budget_s: float, deadline: float | None = None,
+        verify_fn: Callable[..., Mapping[str, Any]] | None = None, kb_commit: str = "",
+        ref_memory_mb: int = 4096, memory_mb: int = 4096, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Verify the corpus's items in order until done or past ``deadline``; write the results folder.
+
+    Writes ``rows.parquet`` (every finished row of this corpus, in corpus order), ``corpus.json`` (the
+    manifest: every member, its census and exclusion reason), ``summary.json`` (coverage) and
+    ``provenance.json``. Returns the summary.
+    """
+    from lethe import provenance
+    from lethe.audit.shard import read_checkpoint, run_shard, still_valid, item_sources, write_parquet
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    verify_fn = verify_fn or ProfileMemo(profiles, ref_memory_mb=ref_memory_mb, memory_mb=memory_mb)
+    items = corpus["items"]
+    man = C.manifest(corpus, kb_commit)
+    # Written first as well: it caches the census for the next call even if this one is killed.
+    (out_dir / "corpus.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    started = 0
+    stopped_early = False
+    t0 = time.monotonic()
+    for i, it in enumerate(items):
+        if deadline is not None and time.monotonic() >= deadline:
+            stopped_early = True
+            log(f"deadline reached before item {i + 1}/{len(items)} ({it['id']}); stopping")
+            break
+        k0 = time.monotonic()
+        rows = run_shard([it], checkpoint, verify_fn=_with_budget(verify_fn, budget_s), profiles=profiles,
+                         device=device, seed=seed, timeout_s=backstop_s(budget_s), corpus=CORPUS, shard_label="",
+                         progress=False)
+        took = time.monotonic() - k0
+        if took > 1.0:
+            started += 1
+            log(f"[{i + 1}/{len(items)}] {it['id']}: {rows[0]['status']} "
+                f"{_fails(rows)} ({took:.0f} s, total {time.monotonic() - t0:.0f} s)")
+    # Collect what the checkpoint holds for this corpus (later lines win), in corpus order.
+    wanted = {(str(it["id"]), p): item_sources(it) for it in items for p in profiles}
+    done: dict[tuple[str, str], dict] = {}
+    for r in read_checkpoint(checkpoint):
+        key = (str(r["id"]), r.get("profile"))
+        if key in wanted and still_valid(r, wanted[key], seed=seed, device=device):
+            done[key] = r
+    rows = [done[(str(it["id"]), p)] for it in items for p in profiles if (str(it["id"]), p) in done]
+    write_parquet(rows, out_dir / "rows.parquet")
+    finished = {r["id"] for r in rows}
+    summary = coverage(man, rows)
+    summary["budget"] = dict(corpus["budget"])
+    summary["machine"] = machine(device)
+    summary["run"] = {"profiles": profiles, "device": device, "seed": seed, "budget_s": budget_s,
+                      "ref_memory_mb": ref_memory_mb, "memory_mb": memory_mb,
+                      "stopped_early": stopped_early, "kernels_run_this_call": started,
+                      "wall_s_this_call": round(time.monotonic() - t0, 1)}
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
+    provenance.write(out_dir / "provenance.json", command="python -m lethe.trusted.run", device=device,
+                     seed=seed, profiles=profiles, budget_s=budget_s, kernelbench_commit=kb_commit,
+                     n_finished=len(finished))
+    return summary
+
+
+def machine(device: str) -> str:
+    """The processor (or GPU) and library versions the rows were measured with, in words."""
+    import platform
+
+    import torch
+
+    if device.startswith("cuda") and torch.cuda.is_available():
+        where = torch.cuda.get_device_name(0)
+    else:
+        where = platform.machine()
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    where = line.split(":", 1)[1].strip()
+                    break
+        except OSError:
+            pass
+        where += f", {os.cpu_count()} cores"
+    try:
+        import triton
+        tv = triton.__version__
+    except ImportError:
+        tv = "none"
+    return f"{where}; torch {torch.__version__}, Triton {tv}, Python {platform.python_version()}"
+
+
+def _with_budget(verify_fn: Callable[..., Mapping[str, Any]], budget_s: float) -> Callable[..., Mapping[str, Any]]:
+    """``verify_fn`` with the per-kernel budget as its timeout (run_shard passes its backstop instead)."""
+
+    def call(**kw: Any) -> Mapping[str, Any]:
+        kw["timeout_s"] = budget_s
+        return verify_fn(**kw)
+
+    return call
+
+
+def _fails(rows: list[Mapping[str, Any]]) -> str:
+    bits = []
+    for r in rows:
+        f = [g for g, v in (r.get("gates") or {}).items() if v.get("status") in ("fail", "error")]
+        if f:
+            bits.append(f"{r['profile']}: {','.join(f)}")
+    return "; ".join(bits)
+
+
+def coverage(man: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """How much of the corpus the rows cover: members, excluded by the static budget (with reasons), attempted
+    (a row exists), of those gated, and the run-time exclusions and other row statuses."""
+    by_id: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        by_id.setdefault(r["id"], r)
+    members = man["members"]
+    out: dict[str, Any] = {"members": len(members), "by_kind": {}}
+    for kind in ("self", "hand"):
+        ms = [m for m in members if m["kind"] == kind]
+        static = [m for m in ms if m["excluded"]]
+        attempted = [m for m in ms if m["id"] in by_id]
+        statuses: dict[str, int] = {}
+        for m in attempted:
+            r = by_id[m["id"]]
+            s = r["status"]
+            if s == "timeout":
+                s = ("excluded_reference_over_time_budget" if str(r.get("error", "")).startswith(REF_BUDGET_PREFIX)
+                     else "candidate_over_time_budget")
+            elif s == "ref_broken" and str(r.get("error", "")).startswith(REF_MEMORY_PREFIX):
+                s = "excluded_reference_over_memory_budget"
+            statuses[s] = statuses.get(s, 0) + 1
+        out["by_kind"][kind] = {
+            "members": len(ms), "excluded_static": len(static), "eligible": len(ms) - len(static),
+            "attempted": len(attempted), "not_reached": len(ms) - len(static) - len(attempted),
+            "statuses": dict(sorted(statuses.items())),
+            "excluded_static_reasons": _reason_counts(static)}
+    return out
+
+
+def _reason_counts(ms: list[Mapping[str, Any]]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for m in ms:
+        why = m["excluded"]
+        key = ("elements" if "elements" in why else "flops" if "FLOPs" in why else "untraceable")
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kb-root", default=str(C.DEFAULT_KB_ROOT),
+                    help="KernelBench checkout (holding KernelBench/level1..3, or the level folders themselves)")
+    ap.add_argument("--out", default=str(REPO_ROOT / "results" / "trusted"))
+    ap.add_argument("--checkpoint", default=None, help="default: cache/trusted/<device>/checkpoint.jsonl")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--profiles", default="strict,cuda-default,fast-math")
+    ap.add_argument("--seed", type=int, default=20260829)
+    ap.add_argument("--levels", default="1,2,3")
+    ap.add_argument("--budget-s", type=float, default=120.0, help="per-kernel limit (reference, and candidate)")
+    ap.add_argument("--max-numel", type=int, default=C.Budget.max_numel)
+    ap.add_argument("--max-flops", type=float, default=C.Budget.max_flops)
+    ap.add_argument("--ref-memory-mb", type=int, default=4096, help="memory limit of the float64 reference")
+    ap.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the candidate")
+    ap.add_argument("--stop-after-s", type=float, default=None, help="overall wall budget for this call")
+    ap.add_argument("--stop-at", default=None, help="UTC HH:MM after which no new kernel starts")
+    ap.add_argument("--retry-timeouts", action="store_true",
+                    help="redo kernels whose checkpointed row is a timeout (e.g. after a loaded run)")
+    a = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    out = Path(a.out)
+    checkpoint = Path(a.checkpoint or REPO_ROOT / "cache" / "trusted" / a.device / "checkpoint.jsonl")
+    checkpoint.parent.mkdir(parents=True, exist_ok=True)
+    if a.retry_timeouts and checkpoint.exists():
+        n = drop_rows(checkpoint, lambda r: r.get("status") != "timeout")
+        print(f"dropped {n} timeout rows from {checkpoint}", file=sys.stderr)
+    budget = C.Budget(max_numel=a.max_numel, max_flops=a.max_flops)
+    # The census depends only on the problem files, so another device's committed manifest serves as well.
+    cache = out / "corpus.json"
+    if not cache.exists():
+        cache = REPO_ROOT / "results" / "trusted" / "corpus.json"
+    corpus = C.build(a.kb_root, levels=[int(x) for x in a.levels.split(",")], budget=budget, census_cache=cache)
+    n_ex = sum(1 for m in corpus["members"] if m["excluded"])
+    print(f"corpus: {len(corpus['members'])} members, {n_ex} excluded by the static budget, "
+          f"{len(corpus['items'])} to verify", file=sys.stderr, flush=True)
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    summary = run(corpus, out, checkpoint=checkpoint, profiles=a.profiles.split(","), device=a.device,
+                  seed=a.seed, budget_s=a.budget_s, deadline=_deadline(a.stop_after_s, a.stop_at),
+                  kb_commit=C.kb_commit(a.kb_root), ref_memory_mb=a.ref_memory_mb, memory_mb=a.memory_mb, log=say)
+    say(json.dumps(summary["by_kind"], sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
