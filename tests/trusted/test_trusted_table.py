@@ -61,7 +61,7 @@ def test_failures_list_every_failing_gate_once_with_profiles_ratio_and_class(row
     keys = [(f["kernel"], f["gate"]) for f in fails]
     assert keys == [("L1/3_Softmax", "CMP-02"), ("L1/4_Cum:hand", "EXC-01"), ("L1/2_Index", "ORD-02"),
                     ("L1/6_Crash:hand", "row")]
-    by = {k: f for k, f in zip(keys, fails)}
+    by = dict(zip(keys, fails, strict=True))
     assert by[("L1/2_Index", "ORD-02")]["profiles"] == "strict,cuda-default"
     assert by[("L1/2_Index", "ORD-02")]["class"] == "real"
     assert by[("L1/3_Softmax", "CMP-02")]["ratio"] == pytest.approx(1.57)

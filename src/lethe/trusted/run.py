@@ -179,7 +179,7 @@ def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoin
     ``provenance.json``. Returns the summary.
     """
     from lethe import provenance
-    from lethe.audit.shard import read_checkpoint, run_shard, still_valid, item_sources, write_parquet
+    from lethe.audit.shard import item_sources, read_checkpoint, run_shard, still_valid, write_parquet
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
