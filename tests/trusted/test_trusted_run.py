@@ -128,9 +128,10 @@ def test_coverage_counts_run_time_exclusions_apart():
 
 def test_drop_rows_rewrites_the_checkpoint(tmp_path):
     ck = tmp_path / "ck.jsonl"
-    ck.write_text("".join(json.dumps({"id": i, "status": s}) + "\n" for i, s in enumerate(["gated", "timeout"])))
+    rows = [{"id": str(i), "profile": "strict", "status": s} for i, s in enumerate(["gated", "timeout"])]
+    ck.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert TR.drop_rows(ck, lambda r: r["status"] != "timeout") == 1
-    assert read_checkpoint(ck) == [{"id": 0, "status": "gated"}]
+    assert read_checkpoint(ck) == [rows[0]]
 
 
 def test_deadline():

@@ -87,8 +87,10 @@ def test_huge_input_fails_fast_on_the_memory_budget():
 def test_slow_reference_fails_on_its_time_budget_naming_the_phase():
     row, secs = _verify(SLOW_FORWARD_REF, ref_timeout_s=6)
     assert row["status"] == "ref_broken", row["error"]
-    assert "reference exceeded its 6 s time budget while running the forward on probe rand0" in row["error"], \
-        row["error"]
+    # The forward first runs while the plan is sized (traced on the meta device), then on rand0: either phase
+    # names the forward.
+    err = row["error"]
+    assert "reference exceeded its 6 s time budget while " in err and "forward" in err.split(" while ", 1)[1], err
     assert secs < 90, secs
 
 

@@ -55,8 +55,9 @@ _STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MA
 # backward, which the verifier's reference runs for every kernel; a spawned child would pay that inside the
 # candidate's clock every time. Importing them earlier changes which modules are loaded at ``ready``, not
 # what any function computes.
-# torch._dynamo: the probe plan traces every reference on the meta device, which imports it (1.5-3 s a process).
-WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes", "torch._dynamo")}
+# Not torch._dynamo (which the plan's meta tracing imports): it imports triton, whose settings (TRITON_INTERPRET
+# above all) are read at import, and one zygote serves interpreted and compiled runs alike.
+WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes",)}
 # Per-run paths inside the private run directory (the zygote gets its own); read lazily, so the child's
 # environment can simply replace them.
 PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")

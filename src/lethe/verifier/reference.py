@@ -281,7 +281,8 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
         init = list(ns["get_init_inputs"]())
         torch.manual_seed(seed)
         model = ns["Model"](*init)
-        budget.enter("building inputs for the probe plan (get_inputs)")
+        budget.enter("building inputs for the probe plan (get_inputs, and the forward traced on the meta device to "
+                     "size the shape variants)")
         plan = P.build_plan(ns, seed, interpret=bool(payload.get("interpret")))
     except Exception as exc:  # noqa: BLE001 - a broken reference is a row status, reported not raised
         if is_memory_error(exc):
