@@ -18,3 +18,24 @@ def _private_reference_cache(tmp_path_factory):
         os.environ.pop("LETHE_REF_CACHE", None)
     else:
         os.environ["LETHE_REF_CACHE"] = old
+
+
+@pytest.fixture
+def files(tmp_path):
+    """Write a source into the test's directory and return its path."""
+
+    def write(name, src):
+        p = tmp_path / name
+        p.write_text(src)
+        return str(p)
+
+    return write
+
+
+@pytest.fixture
+def local_sandbox(monkeypatch):
+    """Route the verifier's sandbox through the in-process runner (trusted fixture kernels only)."""
+    from lethe.verifier import api
+    from lethe.verifier.testing import inprocess_runner
+
+    monkeypatch.setattr(api, "_sandbox", lambda: inprocess_runner)

@@ -18,22 +18,6 @@ sys.path.insert(0, str(Path(__file__).parent / "verifier"))
 from lethe import cli  # noqa: E402
 from lethe.verifier import api  # noqa: E402
 from lethe.verifier import fixtures as K  # noqa: E402
-from lethe.verifier.testing import inprocess_runner  # noqa: E402
-
-
-@pytest.fixture
-def files(tmp_path):
-    def write(name, src):
-        p = tmp_path / name
-        p.write_text(src)
-        return str(p)
-
-    return write
-
-
-@pytest.fixture
-def local_sandbox(monkeypatch):
-    monkeypatch.setattr(api, "_sandbox", lambda: inprocess_runner)
 
 
 def test_verify_json_pass(files, local_sandbox, capsys):

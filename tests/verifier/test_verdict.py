@@ -12,27 +12,11 @@ import pytest
 
 import lethe
 from lethe import cli
-from lethe.verifier import api, records
 from lethe.verifier import fixtures as K
+from lethe.verifier import records
 from lethe.verifier import verdict as V
-from lethe.verifier.testing import inprocess_runner
 
 sys.path.insert(0, str(Path(__file__).parent))
-
-
-@pytest.fixture
-def local_sandbox(monkeypatch):
-    monkeypatch.setattr(api, "_sandbox", lambda: inprocess_runner)
-
-
-@pytest.fixture
-def files(tmp_path):
-    def write(name, src):
-        p = tmp_path / name
-        p.write_text(src)
-        return str(p)
-
-    return write
 
 
 def test_json_output_follows_the_shipped_schema(files, local_sandbox, capsys):

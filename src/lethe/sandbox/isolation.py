@@ -215,11 +215,25 @@ def give_to(uid: int, paths: list[Path]) -> None:
     """Hand the run's private directories (and what the parent put in them) to the run's uid, mode 0700, so
     the child can write there and no other uid can enter."""
     for top in paths:
-        for dirpath, _dirnames, filenames in os.walk(top):
-            os.chown(dirpath, uid, uid, follow_symlinks=False)
-            os.chmod(dirpath, 0o700)
-            for name in filenames:
-                os.chown(os.path.join(dirpath, name), uid, uid, follow_symlinks=False)
+        _chown_tree(top, uid, uid, dir_mode=0o700)
+
+
+def give_back(top: Path, uid: int, gid: int) -> None:
+    """Return a caller's work directory, and whatever the run's uid wrote into it, to its owner."""
+    _chown_tree(top, uid, gid, strict=False)
+
+
+def _chown_tree(top: Path, uid: int, gid: int, *, dir_mode: int | None = None, strict: bool = True) -> None:
+    for dirpath, dirnames, filenames in os.walk(top):
+        # Symlinks to directories are listed in dirnames and not walked: chown the link itself, never its target.
+        for path in [dirpath, *(os.path.join(dirpath, n) for n in filenames + (dirnames if not strict else []))]:
+            try:
+                os.chown(path, uid, gid, follow_symlinks=False)
+            except OSError:
+                if strict:
+                    raise
+        if dir_mode is not None:
+            os.chmod(dirpath, dir_mode)
 
 
 # ----------------------------------------------------------------------------------------------- child side

@@ -452,21 +452,11 @@ def _attempt(mode, workdir, *args) -> SandboxResult:
             # Everything the run's uid still runs (a daemon that double-forked away, say) dies here.
             lease.release()
         if owner is not None and lease is not None:
-            _chown_tree(work, owner.st_uid, owner.st_gid)
+            isolation.give_back(work, owner.st_uid, owner.st_gid)
         shutil.rmtree(root, ignore_errors=True)
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
     return res
-
-
-def _chown_tree(top: Path, uid: int, gid: int) -> None:
-    """Give a caller's work directory back to its owner after the run's uid wrote into it."""
-    for dirpath, dirnames, filenames in os.walk(top):
-        for name in [dirpath, *(os.path.join(dirpath, f) for f in filenames + dirnames)]:
-            try:
-                os.chown(name, uid, gid, follow_symlinks=False)
-            except OSError:
-                pass
 
 
 def _spawn_child(child_env, work, w_fd, hold_r):
