@@ -51,6 +51,7 @@ UID_BASE = 1_800_000_000
 UID_SLOTS = 1 << 20
 LOCK_DIR = Path(os.environ.get("LETHE_UID_LOCK_DIR", "/run/lethe-uids" if os.path.isdir("/run") else "/tmp/.lethe-uids"))
 SHM_MB = 64
+KERNEL_FS = ("/dev", "/proc", "/sys")
 
 # What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs.
 FULL = "os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts namespaces, read-only file system outside the run directory"
@@ -345,6 +346,12 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
         _setattr("/", set_=_MOUNT_ATTR_RDONLY, recursive=True)
         for p in rw + (["/dev/shm"] if os.path.ismount("/dev/shm") else []):
             _setattr(p, clr=_MOUNT_ATTR_RDONLY)
+        # The kernel's own file systems stay as they were: the CUDA driver fails (error 304) under a read-only
+        # /dev, and what the leased uid may write there, in /proc or /sys is already decided by ownership and
+        # mode (root's files; its own /proc/self).
+        for p in KERNEL_FS:
+            if os.path.ismount(p):
+                _setattr(p, clr=_MOUNT_ATTR_RDONLY, recursive=True)
         applied.append("read-only file system")
     except OSError as exc:
         missing.append(f"mount isolation ({exc.strerror or exc})")
