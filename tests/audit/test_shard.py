@@ -284,3 +284,26 @@ def test_attempts_are_counted_per_kernel_version(tmp_path):
               S.attempt_key(it, "fast-math", seed=1, code="c"), S.attempt_key(it, "strict", seed=2, code="c"),
               S.attempt_key(it, "strict", seed=1, code="d")}
     assert k not in others and len(others) == 4
+
+
+def test_all_profiles_of_a_kernel_come_from_one_verifier_call(tmp_path):
+    calls = []
+
+    def many(*, profiles, **kw):
+        calls.append((kw["kernel_id"], tuple(profiles)))
+        return [fake_verify(profile=p, **kw) for p in profiles]
+
+    def single(**kw):
+        raise AssertionError("the per-profile verifier must not run when every profile is pending")
+
+    profs = ["strict", "cuda-default", "fast-math"]
+    rows = S.run_shard(items(3), tmp_path / "ck.jsonl", verify_fn=single, verify_many_fn=many, profiles=profs,
+                       device="cpu", seed=1, timeout_s=5, corpus="t", progress=False)
+    assert calls == [(str(i), tuple(profs)) for i in range(3)]
+    assert [(r["id"], r["profile"]) for r in rows] == [(str(i), p) for i in range(3) for p in profs]
+    # A verifier that returns nothing for one profile costs that profile's row, not the kernel's others.
+    rows = S.run_shard(items(4), tmp_path / "ck.jsonl", verify_fn=single, profiles=profs, device="cpu", seed=1,
+                       timeout_s=5, corpus="t", progress=False,
+                       verify_many_fn=lambda *, profiles, **kw: [fake_verify(profile=p, **kw) for p in profiles[:2]])
+    new = {r["profile"]: r["status"] for r in rows if r["id"] == "3"}
+    assert new["fast-math"] == S.HARNESS_ERROR and new["strict"] != S.HARNESS_ERROR

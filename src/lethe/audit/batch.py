@@ -147,8 +147,12 @@ def _count_rows(path: Path) -> int:
 
 def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None = None, problem_base: int = 1,
         workers: int = 1, gpus: list[str] | None = None, profiles: list[str] = ("strict",), device: str = "auto",
-        seed: int = 0, timeout_s: float = 300.0, corpus: str = "", progress: bool = True) -> dict[str, Any]:
-    """Audit one folder; returns {"rows": n, "kernels": n, "out": path}."""
+        seed: int = 0, timeout_s: float = 300.0, corpus: str = "", progress: bool = True,
+        build_workers: int = 0) -> dict[str, Any]:
+    """Audit one folder; returns {"rows": n, "kernels": n, "out": path}.
+
+    On a GPU, ``build_workers`` > 0 first builds every CUDA candidate's extensions in a parallel pool
+    (:func:`build_extensions`); without it each kernel's own verification builds it (once: the store keeps it)."""
     items = discover(root, ref=ref, kernelbench=kernelbench, problem_base=problem_base)
     out_dir = Path(out)
     work = out_dir / "work"
@@ -157,6 +161,8 @@ def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None 
             "profiles": list(profiles), "device": device, "seed": seed, "timeout_s": timeout_s,
             "corpus": corpus or Path(root).name}
     (work / "spec.json").write_text(json.dumps(spec, sort_keys=True, indent=1))
+    if build_workers and _resolved_device(device) == "cuda":
+        build_extensions(items, work, workers=build_workers, gpus=gpus, progress=progress)
     n = max(1, min(int(workers), len(items)))
     procs = []
     for i in range(n):
@@ -188,6 +194,79 @@ def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None 
         raise RuntimeError(f"audit worker(s) failed: {bad}; see {work}/worker-*.log; run the same command again "
                            f"to resume")
     return _gather(items, spec, work, out_dir, n)
+
+
+def _resolved_device(device: str) -> str:
+    from lethe.verifier.api import resolve_device
+
+    return resolve_device(device)
+
+
+def _cuda_items(items: list[dict]) -> list[dict]:
+    from lethe.verifier.api import CUDA_SOURCE
+
+    return [it for it in items if it.get("candidate") and CUDA_SOURCE.search(it["candidate"])]
+
+
+def build_extensions(items: list[dict], work: Path, *, workers: int, gpus: list[str] | None = None,
+                     progress: bool = True) -> dict[str, int]:
+    """Build every CUDA candidate's extensions up front, ``workers`` sandboxed builds at a time (each with
+    ``MAX_JOBS`` = cores / workers), so that verification only ever loads them. Outcomes go to
+    ``work/builds-<i>.jsonl``; a build already in the store is not redone, so a restarted command resumes."""
+    todo = _cuda_items(items)
+    if not todo:
+        return {"built": 0}
+    n = max(1, min(int(workers), len(todo)))
+    jobs = max(1, (os.cpu_count() or 2) // n)
+    procs = []
+    for i in range(n):
+        env = dict(os.environ, MAX_JOBS=str(jobs))
+        if gpus:
+            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+        procs.append(subprocess.Popen([sys.executable, "-m", "lethe.audit.batch", "--build-worker", f"{i}/{n}",
+                                       str(work / "spec.json")], env=env, preexec_fn=_pdeathsig,
+                                      stdout=subprocess.DEVNULL, stderr=open(work / f"build-{i}.log", "ab")))
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(todo), desc="building extensions", unit="kernel", disable=not progress, file=sys.stderr)
+    try:
+        while any(p.poll() is None for p in procs):
+            bar.n = min(sum(_count_rows(work / f"builds-{i}.jsonl") for i in range(n)), len(todo))
+            bar.refresh()
+            time.sleep(0.5)
+    except BaseException:
+        for p in procs:
+            p.kill()
+        raise
+    finally:
+        bar.close()
+    bad = [(i, p.returncode) for i, p in enumerate(procs) if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"build worker(s) failed: {bad}; see {work}/build-*.log; run the same command again")
+    return {"built": len(todo)}
+
+
+def _build_worker(slot: str, spec_path: str) -> int:
+    from lethe.sandbox import extensions, run_isolated
+
+    i, n = (int(x) for x in slot.split("/"))
+    spec = json.loads(Path(spec_path).read_text())
+    work = Path(spec_path).parent
+    items = _cuda_items(discover(spec["root"], ref=spec["ref"], kernelbench=spec["kernelbench"],
+                                 problem_base=spec["problem_base"]))[i::n]
+    with open(work / f"builds-{i}.jsonl", "a", encoding="utf-8") as log:
+        for it in items:
+            t0 = time.perf_counter()
+            root, marker, res = extensions.ensure_built(it["candidate"], runner=run_isolated, device="cuda",
+                                                        timeout_s=spec.get("build_timeout_s", 900.0),
+                                                        jobs=int(os.environ.get("MAX_JOBS", "0")) or None)
+            log.write(json.dumps({"id": it["id"], "ok": marker["ok"], "cached": res is None,
+                                  "build_seconds": round(marker.get("seconds", 0.0), 3),
+                                  "wall_seconds": round(time.perf_counter() - t0, 3), "root": str(root),
+                                  "error": marker.get("error", "")[:300]}, sort_keys=True) + "\n")
+            log.flush()
+            os.fsync(log.fileno())
+    return 0
 
 
 def _gather(items, spec, work: Path, out_dir: Path, n: int) -> dict[str, Any]:
@@ -230,7 +309,10 @@ def _worker(slot: str, spec_path: str) -> int:
     lock = open(work / f"shard-{i}.lock", "a")
     # A worker of an earlier, killed command may still be finishing its kernel: wait for it, never race it.
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-    shard.run_shard(items, work / f"shard-{i}.jsonl", verify_fn=shard.default_verify(), profiles=spec["profiles"],
+    from lethe.verifier.api import verify_profiles
+
+    shard.run_shard(items, work / f"shard-{i}.jsonl", verify_fn=shard.default_verify(),
+                    verify_many_fn=verify_profiles, profiles=spec["profiles"],
                     device=spec["device"], seed=spec["seed"], timeout_s=spec["timeout_s"], corpus=spec["corpus"],
                     shard_label=f"{i}/{n}", progress=False)
     return 0
@@ -246,6 +328,8 @@ def add_subcommand(sub) -> None:
     a.add_argument("--problem-base", type=int, default=1, choices=[0, 1],
                    help="the first problem id of the run's file names (KernelBench's own files: 1)")
     a.add_argument("--workers", type=int, default=1)
+    a.add_argument("--build-workers", type=int, default=None,
+                   help="parallel extension builds before verification (GPU only; default: cores // 4, 0: off)")
     a.add_argument("--gpus", default="", help="comma-separated device ids, one per worker round robin")
     a.add_argument("--profiles", default="strict")
     a.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
@@ -263,7 +347,9 @@ def _cmd(args) -> int:
         res = run(args.dir, args.out, ref=args.ref, kernelbench=args.kernelbench, problem_base=args.problem_base,
                   workers=args.workers, gpus=[g for g in args.gpus.split(",") if g] or None,
                   profiles=[p for p in args.profiles.split(",") if p], device=args.device, seed=args.seed,
-                  timeout_s=args.timeout, corpus=args.corpus, progress=not args.quiet)
+                  timeout_s=args.timeout, corpus=args.corpus, progress=not args.quiet,
+                  build_workers=max(1, (os.cpu_count() or 4) // 4) if args.build_workers is None
+                  else args.build_workers)
     except (LayoutError, FileNotFoundError) as exc:
         print(f"lethe audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -281,6 +367,8 @@ def _cmd(args) -> int:
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "--worker":
         sys.exit(_worker(sys.argv[2], sys.argv[3]))
+    if len(sys.argv) >= 4 and sys.argv[1] == "--build-worker":
+        sys.exit(_build_worker(sys.argv[2], sys.argv[3]))
     ap = argparse.ArgumentParser(prog="python -m lethe.audit.batch")
     add_subcommand(ap.add_subparsers(dest="command", required=True))
     ns = ap.parse_args(["audit", *sys.argv[1:]])

@@ -296,8 +296,12 @@ def run_shard(
     shard_label: str = "",
     progress: bool = True,
     max_attempts: int | None = MAX_ATTEMPTS,
+    verify_many_fn: Callable[..., Iterable[Mapping[str, Any]]] | None = None,
 ) -> list[dict[str, Any]]:
     """Verify every (item, profile) not yet in ``checkpoint``; return all rows of this shard in item order.
+
+    With ``verify_many_fn`` (``api.verify_profiles``'s signature), an item's pending profiles are graded from
+    one reference run and one candidate run; otherwise ``verify_fn`` runs once per profile.
 
     Corpus metadata (op_class, final_speedup) is attached to each row here, not by the verifier, so that the
     verdict never depends on it and aggregation can apply the funnel to every row.
@@ -323,37 +327,56 @@ def run_shard(
                desc=f"audit {corpus} {shard_label}".strip(), unit="kernel", disable=not progress, file=sys.stderr)
     code = _verifier_digest()
     started = read_attempts(checkpoint)
+    groups: dict[str, tuple[Mapping[str, Any], list[str]]] = {}
+    for it, prof in todo:
+        groups.setdefault(str(it["id"]), (it, []))[1].append(prof)
     with open(checkpoint, "a", encoding="utf-8") as fh, open(attempts_path(checkpoint), "a", encoding="utf-8") as afh:
-        for it, prof in todo:
-            kid = str(it["id"])
+        for kid, (it, profs) in groups.items():
             t0 = time.monotonic()
-            akey = attempt_key(it, prof, seed=seed, code=code)
-            n_started = started.get(akey, 0)
-            if not it.get("candidate"):
-                row: dict[str, Any] = {"status": NO_CANDIDATE, "error": it.get("extract_error") or "no candidate"}
-            elif max_attempts is not None and n_started >= max_attempts:
-                row = {"status": CRASH, "seconds": 0.0,
-                       "environment": json.dumps({"verifier_code": code} if code else {}, sort_keys=True),
-                       "error": f"the shard process died while verifying this item on {n_started} attempts "
-                                f"(no row was written; not retried again, max_attempts={max_attempts})"}
+            got: dict[str, dict[str, Any]] = {}
+            ready = []
+            for prof in profs:
+                akey = attempt_key(it, prof, seed=seed, code=code)
+                n_started = started.get(akey, 0)
+                if not it.get("candidate"):
+                    got[prof] = {"status": NO_CANDIDATE, "error": it.get("extract_error") or "no candidate"}
+                elif max_attempts is not None and n_started >= max_attempts:
+                    got[prof] = {"status": CRASH, "seconds": 0.0,
+                                 "environment": json.dumps({"verifier_code": code} if code else {}, sort_keys=True),
+                                 "error": f"the shard process died while verifying this item on {n_started} "
+                                          f"attempts (no row was written; not retried again, "
+                                          f"max_attempts={max_attempts})"}
+                else:
+                    # Recorded (and fsynced) before the call: if this call takes the process down, the next run
+                    # knows which item was in flight.
+                    _append(afh, {"key": akey, "id": kid, "profile": prof, "attempt": n_started + 1})
+                    started[akey] = n_started + 1
+                    ready.append(prof)
+            common = {"ref_src": it["reference"], "cand_src": it.get("candidate"), "device": device, "seed": seed,
+                      "kernel_id": kid, "corpus": corpus}
+            if verify_many_fn is not None and len(ready) > 1:
+                # One reference run and one candidate run grade every pending profile (api.verify_profiles).
+                res = _guarded(lambda **kw: {"rows": list(verify_many_fn(**kw))}, timeout_s, profiles=ready, **common)
+                rows_of = {r.get("profile"): dict(r) for r in res.get("rows", [])}
+                for prof in ready:
+                    got[prof] = rows_of.get(prof) or {k: v for k, v in res.items() if k != "rows"} or {
+                        "status": HARNESS_ERROR, "error": f"the verifier returned no row for profile {prof}"}
             else:
-                # Recorded (and fsynced) before the call: if this call takes the process down, the next run
-                # knows which item was in flight.
-                _append(afh, {"key": akey, "id": kid, "profile": prof, "attempt": n_started + 1})
-                started[akey] = n_started + 1
-                row = _guarded(verify_fn, timeout_s, ref_src=it["reference"], cand_src=it["candidate"],
-                               profile=prof, device=device, seed=seed, kernel_id=kid, corpus=corpus)
-            if not row.get("sources") or row.get("sources") == "{}":
-                row["sources"] = json.dumps(item_sources(it), sort_keys=True)
-            row.update(id=kid, profile=prof, corpus=corpus, op_class=it.get("op_class"),
-                       final_speedup=it.get("final_speedup"), shard=shard_label, device=row.get("device") or device,
-                       seed=row.get("seed", seed))
-            if not row.get("seconds") and row.get("status") != CRASH:
-                row["seconds"] = round(time.monotonic() - t0, 3)
-            row = complete_row(row)
-            _append(fh, row)
-            done[(kid, prof)] = row
-            bar.update(1)
+                for prof in ready:
+                    got[prof] = _guarded(verify_fn, timeout_s, profile=prof, **common)
+            for prof in profs:
+                row = got[prof]
+                if not row.get("sources") or row.get("sources") == "{}":
+                    row["sources"] = json.dumps(item_sources(it), sort_keys=True)
+                row.update(id=kid, profile=prof, corpus=corpus, op_class=it.get("op_class"),
+                           final_speedup=it.get("final_speedup"), shard=shard_label,
+                           device=row.get("device") or device, seed=row.get("seed", seed))
+                if not row.get("seconds") and row.get("status") != CRASH:
+                    row["seconds"] = round(time.monotonic() - t0, 3)
+                row = complete_row(row)
+                _append(fh, row)
+                done[(kid, prof)] = row
+                bar.update(1)
     bar.close()
     return [done[(str(it["id"]), p)] for it in items for p in profiles]
 

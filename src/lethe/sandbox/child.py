@@ -59,7 +59,8 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
     if iso_cfg:
         from lethe.sandbox import isolation as _isolation
 
-        iso = _isolation.enter(int(iso_cfg["uid"]), list(iso_cfg["rw"]), pdeathsig=bool(iso_cfg.get("pdeathsig")))
+        iso = _isolation.enter(int(iso_cfg["uid"]), list(iso_cfg["rw"]), pdeathsig=bool(iso_cfg.get("pdeathsig")),
+                                   ro=list(iso_cfg.get("ro") or []))
     else:
         iso = cfg.get("isolation_report") or {"isolation": "none: not requested", "tamper_proof": False}
 

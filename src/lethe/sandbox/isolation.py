@@ -320,9 +320,12 @@ def _open_views(blocked: dict[str, set[str]]) -> None:
             os.close(fd)
 
 
-def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
+def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = ()) -> dict:
     """Isolate the calling process (root, single-threaded, no candidate code run yet); returns the report
     ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...]}``.
+
+    ``ro`` names paths outside the run directory the process must be able to reach (read-only, like everything
+    but ``rw``), such as a prebuilt extension store under a home directory the leased uid cannot traverse.
 
     Each step is attempted in order and verified afterwards (the uid, the capability sets, a write outside the
     run directory); what failed is named in ``missing`` and the report is then not tamper-proof."""
@@ -335,7 +338,8 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False) -> dict:
         _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
         applied.append("namespaces")
         _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
-        blocked = _blocked_ancestors(_needed_paths(rw), uid)
+        blocked = _blocked_ancestors(_needed_paths(rw) + [os.path.realpath(p) for p in ro if os.path.exists(p)],
+                                     uid)
         _open_views(blocked)
         try:
             _mount("lethe-shm", "/dev/shm", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=1777,size={SHM_MB}m")

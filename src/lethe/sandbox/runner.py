@@ -365,6 +365,7 @@ def run_isolated(
     tail_bytes: int = 16384,
     max_file_mb: int | None = 4096,
     start: str | None = None,
+    read_paths: tuple[str, ...] = (),
 ) -> SandboxResult:
     """Call ``target`` ("pkg.module:function") as ``function(payload, arrays, workdir)`` in a fresh process.
 
@@ -382,6 +383,8 @@ def run_isolated(
     ``LETHE_SANDBOX_START``, else ``DEFAULT_START``). A zygote that cannot serve the run (failed to start,
     refused, or died mid-run before a result came back) makes the run fall back to, or re-run in, spawn mode;
     ``res.start`` and ``res.start_note`` say what happened.
+    ``read_paths`` are paths outside the run directory the child must reach (read-only), e.g. a prebuilt
+    extension store (:mod:`lethe.sandbox.extensions`) under a home directory the leased uid cannot traverse.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -389,7 +392,7 @@ def run_isolated(
         raise ValueError(f"target must look like 'pkg.module:function', got {target!r}")
     mode = resolve_start(start)
     args = (target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env, startup_timeout_s,
-            omp_threads, tuple(preload), nproc, gpu_memory_fraction, tail_bytes, max_file_mb)
+            omp_threads, tuple(preload), nproc, gpu_memory_fraction, tail_bytes, max_file_mb, tuple(read_paths))
     if mode == "zygote":
         from lethe.sandbox.zygote import ZygoteUnavailable
 
@@ -515,7 +518,7 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
 
 
 def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
-         startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb):
+         startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb, read_paths=()):
     t_start = time.monotonic()
     inputs_path = None
     if arrays:
@@ -558,7 +561,8 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
         uid = iso["lease"].acquire()
         rw = [root] if root in work.parents else [root, work]
         isolation.give_to(uid, rw)
-        cfg["isolate"] = {"uid": uid, "rw": [str(p) for p in rw], "require": iso["require"],
+        cfg["isolate"] = {"uid": uid, "rw": [str(p) for p in rw], "ro": [str(p) for p in read_paths],
+                          "require": iso["require"],
                           "pdeathsig": mode == "zygote"}
     else:
         cfg["isolation_report"] = iso["report"]

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lethe.sandbox import extensions
 from lethe.verifier import gates as G
 from lethe.verifier import probes as P
 from lethe.verifier import profiles as PR
@@ -77,6 +78,8 @@ def _sha(s: str) -> str:
 # --ref-memory-mb; verify(..., ref_timeout_s=, ref_memory_mb=)).
 REF_TIMEOUT_S = 600.0
 REF_MEMORY_MB = 16384
+# A CUDA candidate's extension build step: nvcc on torch's headers takes tens of seconds, more on a loaded host.
+BUILD_TIMEOUT_S = 900.0
 
 
 def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None,
@@ -159,17 +162,20 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
            timeout_s: float = 300, memory_mb: int = 8192, kernel_id: str = "", corpus: str = "",
            op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
            constants: T.Constants = T.DEFAULT, runner=None, ref_timeout_s: float = REF_TIMEOUT_S,
-           ref_memory_mb: int = REF_MEMORY_MB) -> dict:
+           ref_memory_mb: int = REF_MEMORY_MB, build_timeout_s: float = BUILD_TIMEOUT_S,
+           ext_store: str | None = None) -> dict:
     """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
     and only for trusted fixture kernels. ``timeout_s``/``memory_mb`` bound the candidate's process,
-    ``ref_timeout_s``/``ref_memory_mb`` the float64 reference's.
+    ``ref_timeout_s``/``ref_memory_mb`` the float64 reference's, ``build_timeout_s`` a CUDA candidate's
+    extension build step (``ext_store``: where builds are kept, see :mod:`lethe.sandbox.extensions`).
     """
     return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
                            memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
                            only_gates=only_gates, sources=sources, constants=constants, runner=runner,
-                           ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb)[0]
+                           ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb,
+                           build_timeout_s=build_timeout_s, ext_store=ext_store)[0]
 
 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
@@ -177,7 +183,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                     op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
                     constants: T.Constants = T.DEFAULT, runner=None,
                     aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None,
-                    ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB) -> list[dict]:
+                    ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB,
+                    build_timeout_s: float = BUILD_TIMEOUT_S, ext_store: str | None = None) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -223,6 +230,23 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     if dev == "cpu" and CUDA_SOURCE.search(cand_src):
         return finish(status="not_auditable", error="CUDA (load_inline) candidate: not auditable on a CPU-only machine")
 
+    build = {}
+    if dev == "cuda" and CUDA_SOURCE.search(cand_src):
+        # The extension is built once per source (and toolchain) in its own sandboxed step; the candidate
+        # process below imports that build and never runs a compiler (lethe.sandbox.extensions).
+        root, marker, bres = extensions.ensure_built(cand_src, runner=runner or _sandbox(), device=dev,
+                                                     timeout_s=build_timeout_s, memory_mb=max(memory_mb, 16384),
+                                                     store=ext_store)
+        if bres is not None:
+            ran.append(("build", bres))
+        t1 = lap("build_s", t1)
+        phase["build_cached"] = bres is None
+        if not marker["ok"]:
+            kind = getattr(bres, "status", "") if marker.get("transient") else "compile"
+            status = {"timeout": "timeout", "crash": "crash"}.get(kind, "compile_fail")
+            return finish(status=status, error=f"extension build: {marker['error']}"[:2000],
+                          compile_seconds=round(marker.get("seconds", 0.0), 3))
+        build = {"ext_root": str(root), "seconds": marker.get("seconds", 0.0)}
     send = {k: v for k, v in rarr.items()
             if k.startswith(("sd/", "init/")) or re.match(r"p/.*/(in|alt|up)\d+$", k)}
     probes_payload = [{k: m[k] for k in ("id", "action", "dtype", "inputs")} for m in rres["probes"]
@@ -230,8 +254,12 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     env = {"TRITON_INTERPRET": "1"} if interpret else {"TRITON_INTERPRET": None}
     payload = {"cand_src": cand_src, "seed": int(seed), "device": dev, "init": rres["init"],
                "param_shapes": rres["param_shapes"], "probes": probes_payload}
+    extra = {}
+    if build:
+        payload["ext_root"] = build["ext_root"]
+        extra["read_paths"] = (build["ext_root"],)
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
-                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env)
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env, **extra)
     ran.append(("candidate", cres))
     t1 = lap("candidate_s", t1)
     phase["candidate_child_s"] = round(getattr(cres, "seconds", 0.0), 3)
@@ -239,6 +267,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     phase["candidate_probes_s"] = round(sum(ps.values()), 3)
     phase["slowest_probes"] = sorted(ps.items(), key=lambda kv: -kv[1])[:3]
     phase["candidate_load_s"] = round((cres.result or {}).get("load_seconds", 0.0) or 0.0, 3)
+    phase["extensions"] = (cres.result or {}).get("extensions")
     phase["candidate_stderr_tail"] = (getattr(cres, "stderr_tail", "") or "")[-400:]
     if cres.status == "timeout":
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
@@ -251,11 +280,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         if cand.get("interp_limit") or cand.get("no_cuda"):
             return finish(status="not_auditable", error=f"{stage}: {cand.get('error')}"[:2000])
         return finish(status="compile_fail" if stage == "compile" else "load_fail",
-                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0), 3))
+                      error=str(cand.get("error"))[:2000], compile_seconds=round(cand.get("compile_seconds", 0) + build.get("seconds", 0.0), 3))
     base_probe = cand.get("probes", {}).get("rand0", {})
     if base_probe.get("interp_limit") or base_probe.get("no_cuda"):
         return finish(status="not_auditable", error=f"base input: {base_probe.get('error')}"[:2000],
-                      compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                      compile_seconds=round(cand.get("compile_seconds", 0) + build.get("seconds", 0.0), 3),
                       weights_copied=bool(cand.get("weights_copied")))
 
     if aot_targets and "triton" in cand_src and (not only_gates or "RES-02" in only_gates):
@@ -274,7 +303,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
                                seconds=round(time.perf_counter() - t0, 3),
                                status="gated", gates={g: r.to_row() for g, r in results.items()},
-                               compile_seconds=round(cand.get("compile_seconds", 0), 3),
+                               compile_seconds=round(cand.get("compile_seconds", 0) + build.get("seconds", 0.0), 3),
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
     lap("grade_s", t1)
     return rows

@@ -17,11 +17,13 @@ import copy
 import os
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from lethe.sandbox import extensions
 from lethe.verifier.reference import flatten, load_source, overlaps, to_np
 
 TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
@@ -94,6 +96,9 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
                 if s["t"] == "tensor" else s["v"] for s in payload["init"]]
 
     t0 = time.perf_counter()
+    if payload.get("ext_root"):
+        # CUDA candidates were built by build_candidate: load_inline imports that build instead of compiling.
+        extensions.install("load", payload["ext_root"])
     try:
         ns = load_source(payload["cand_src"], "lethe_candidate", workdir)
         if "ModelNew" not in ns:
@@ -163,7 +168,28 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         "probes": results,
         "resources": resources,
         "interpret": interpret,
+        "extensions": extensions.report(),
     }, out
+
+
+def build_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
+    """Sandbox entry point "lethe.verifier.worker:build_candidate": import the candidate once so that its
+    ``load_inline`` calls build into the extension root (this process's working directory and
+    ``TORCH_EXTENSIONS_DIR``), and report each call's argument hash and library (:mod:`lethe.sandbox.extensions`).
+    No probe runs and no reference data is sent: the step only compiles."""
+    extensions.install("record", workdir)
+    t0 = time.perf_counter()
+    src_dir = Path(workdir) / ".src"
+    src_dir.mkdir(exist_ok=True)
+    try:
+        ns = load_source(payload["cand_src"], "lethe_candidate", src_dir)
+        if "ModelNew" not in ns:
+            raise NameError("candidate defines no ModelNew")
+        ok, error = True, ""
+    except BaseException as exc:  # noqa: BLE001 - a build failure is the candidate's compile_fail
+        ok, error = False, f"{type(exc).__name__}: {exc}"
+    return {"ok": ok, "error": error[-4000:], "seconds": time.perf_counter() - t0,
+            "extensions": list(extensions.RECORDED)}, {}
 
 
 def _run_one(model, pm: dict, arrays: dict, device: str, out: dict, weights_copied: bool) -> dict:

@@ -1,0 +1,137 @@
+"""One H200 lease, end to end: the latency benchmark, then the leaderboard corpus audited by Lethe (three profiles
+from one candidate run, extensions built once in a pool) and judged by KernelBench's own check and our replicas.
+
+Every step is a command of the package (``lethe.audit.latency``, ``lethe audit``, ``lethe.kernelbench.real``);
+this driver only orders them, logs, and records each step's wall time and exit code in ``RUN/state.json`` so that
+a step already done is skipped when the driver is started again (the device's calls last ten minutes; the driver
+runs detached across them). Usage on the GPU machine::
+
+    python experiments/audit/replicate_h200.py --run /tmp/lethe-run --kb .scratch/kb --raw .scratch/lb/raw_data.json
+
+``collect`` packs the results (rows, summaries, timings, provenance; never a candidate source) for the way back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+PROFILES = "strict,cuda-default,fast-math"
+
+
+def _state(run: Path) -> dict:
+    try:
+        return json.loads((run / "state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(run: Path, state: dict) -> None:
+    tmp = run / ".state.json.tmp"
+    tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
+    os.replace(tmp, run / "state.json")
+
+
+def step(run: Path, name: str, cmd: list[str], *, timeout_s: float | None = None, redo: bool = False) -> int:
+    state = _state(run)
+    if not redo and state.get(name, {}).get("rc") == 0:
+        return 0
+    log = open(run / f"{name}.log", "ab")
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    state[name] = {"started": t0, "cmd": cmd}
+    _save(run, state)
+    try:
+        rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        rc = -9
+    state = _state(run)
+    state[name].update(rc=rc, wall_s=round(time.time() - t0, 1))
+    _save(run, state)
+    print(f"[{time.strftime('%H:%M:%S')}] {name}: rc={rc} in {time.time() - t0:.0f} s", flush=True)
+    return rc
+
+
+def build_map(items: list[dict], path: Path) -> None:
+    """id -> the kernel's extension build root, for KernelBench's ``build_dir`` (reuses our builds)."""
+    from lethe.sandbox import extensions
+
+    store = extensions.store_root(None, extensions.arch_list("cuda"))
+    path.write_text(json.dumps({it["id"]: str(extensions.ext_root(store, it["candidate"]))
+                                for it in items if it.get("candidate")}, indent=0, sort_keys=True))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--kb", required=True, help="KernelBench copy at 48642c5c (src/ and KernelBench/)")
+    ap.add_argument("--raw", required=True, help="the leaderboard's raw_data.json")
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--build-workers", type=int, default=8)
+    ap.add_argument("--kb-workers", type=int, default=4)
+    ap.add_argument("--kill-after", type=float, default=240.0, help="first audit attempt is SIGKILLed after this")
+    ap.add_argument("--skip", default="", help="comma-separated steps to skip")
+    ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
+    a = ap.parse_args(argv)
+    run = Path(a.run)
+    run.mkdir(parents=True, exist_ok=True)
+    if a.collect:
+        return collect(run, Path(a.collect))
+    skip = set(a.skip.split(","))
+    py = sys.executable
+    lb = run / "lb"
+    step(run, "materialise", [py, "-m", "lethe.corpora.leaderboard", "materialise", "--out", str(lb), "--raw", a.raw,
+                              "--kb", a.kb])
+    if "latency" not in skip:
+        step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
+                              "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda", "10",
+                              "--n-torch", "10", "--n-phases", "5", "--n-kb", "5", "--build-workers",
+                              str(a.build_workers)])
+    audit = [py, "-m", "lethe.cli", "audit", str(lb), "--kernelbench", a.kb, "--profiles", PROFILES, "--workers",
+             str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus", "leaderboard",
+             "--out", str(run / "out" / "audit-leaderboard"), "--quiet"]
+    if "audit" not in skip:
+        # The resume test: the first attempt is killed with SIGKILL mid-run; the same command then finishes it.
+        if "audit_killed" not in _state(run):
+            step(run, "audit_killed", audit, timeout_s=a.kill_after)
+        step(run, "audit", audit)
+    from lethe.audit.batch import discover
+
+    items = discover(str(lb), kernelbench=a.kb)
+    build_map(items, run / "buildmap.json")
+    for impl in ("real", "replica-paper", "replica-hardened"):
+        if f"kb_{impl}" in skip:
+            continue
+        step(run, f"kb_{impl}", [py, "-m", "lethe.kernelbench.real", "judge", str(lb), "--checkout", a.kb,
+                                 "--impl", impl, "--out", str(run / "out" / f"kb-{impl}"), "--workers",
+                                 str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
+    print("driver done", flush=True)
+    return 0
+
+
+def collect(run: Path, dest: Path) -> int:
+    """Rows, summaries, timings, provenance, build outcomes and logs; never a candidate source or a build."""
+    def wanted(rel: Path) -> bool:
+        if rel.parts[0] == "lb":
+            return rel.name == "manifest.jsonl"
+        if "work" in rel.parts:
+            return rel.name.startswith(("builds-", "worker-", "build-")) or rel.name == "spec.json"
+        return rel.suffix in (".json", ".jsonl", ".parquet", ".log")
+
+    with tarfile.open(dest, "w:gz") as tar:
+        for p in sorted(run.rglob("*")):
+            rel = p.relative_to(run)
+            if p.is_file() and wanted(rel):
+                tar.add(p, arcname=str(rel))
+    print(f"packed {dest} ({dest.stat().st_size / 1e6:.1f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The latency benchmark's CPU-side parts: deterministic kernel selection, the pairs folder, the summary."""
+
+from __future__ import annotations
+
+from lethe.audit import latency as L
+
+REF = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        return x + 1\n"
+
+
+def _kb(tmp_path):
+    kb = tmp_path / "KernelBench" / "level1"
+    kb.mkdir(parents=True)
+    for p in range(1, 6):
+        (kb / f"{p}_Op.py").write_text(REF)
+    run = tmp_path / "run"
+    run.mkdir()
+    for p in range(1, 6):
+        for s in range(2):
+            (run / f"level_1_problem_{p}_sample_{s}_kernel.py").write_text(f"# load_inline {p} {s}\nModelNew = 1\n")
+    return tmp_path, run
+
+
+def test_selection_is_deterministic_and_bounded(tmp_path):
+    kb, run = _kb(tmp_path)
+    a = L.cuda_items(str(run), str(kb), 4)
+    b = L.cuda_items(str(run), str(kb), 4)
+    assert [x["id"] for x in a] == [x["id"] for x in b] and len(a) == 4
+    assert all(x["kind"] == "cuda" for x in a)
+    assert len(L.cuda_items(str(run), str(kb), 4, levels=(2,))) == 0
+
+
+def test_pairs_folder_and_summary(tmp_path):
+    kb, run = _kb(tmp_path)
+    items = L.cuda_items(str(run), str(kb), 3)
+    pairs = L._pairs_dir(items, tmp_path / "pairs")
+    assert sorted(p.name for p in pairs.iterdir()) == sorted(x["id"] for x in items)
+    doc = {"kernels": {
+        "a": {"kind": "cuda", "cold": {"wall_s": 4.0}, "warm": {"wall_s": 2.0},
+              "build": {"cached": False, "build_seconds": 30.0},
+              "phases": {"in_process_s": 2.0, "reference_s": 0.5, "candidate_s": 1.0, "grade_s": 0.5}},
+        "b": {"kind": "cuda", "cold": {"wall_s": 6.0}, "warm": {"wall_s": None}, "build": {"cached": True}},
+        "c": {"kind": "pytorch", "cold": {"wall_s": 3.0}}}}
+    s = L.summarise(doc)
+    assert s["cuda"]["cold_median_s"] == 5.0 and s["cuda"]["warm_median_s"] == 2.0
+    assert s["cuda"]["build_median_s"] == 30.0  # a cached build is not a build time
+    assert s["cuda"]["phase_share"]["candidate_s"] == 0.5
+    assert s["pytorch"]["n"] == 1 and s["pytorch"]["warm_median_s"] is None
+
+
+def test_stand_ins_cover_exactly_the_generation_clients():
+    import sys
+
+    saved = {n: sys.modules.pop(n, None) for n in L.KB_STAND_INS}
+    try:
+        L.install_stand_ins()
+        from openai import OpenAI  # noqa: F401 - the import KernelBench's utils.py makes
+        from together import Together  # noqa: F401
+        assert sys.modules["google"].generativeai is sys.modules["google.generativeai"]
+    finally:
+        for n, m in saved.items():
+            sys.modules.pop(n, None)
+            if m is not None:
+                sys.modules[n] = m
