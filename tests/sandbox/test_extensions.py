@@ -118,6 +118,22 @@ def test_build_once_then_load_without_compiling(built, tmp_path):
     assert not got["private"]
 
 
+@pytest.mark.slow
+def test_the_sandboxed_candidate_process_imports_the_build(built):
+    """The real path: lethe.verifier.worker:run_candidate under the sandbox's isolation (another leased uid than
+    the build's, the store read-only) loads the recorded library and compiles nothing."""
+    from lethe.sandbox import run_isolated
+
+    _, root, _, _ = built
+    payload = {"cand_src": CPP_CAND, "seed": 0, "device": "cpu", "init": [], "param_shapes": {}, "probes": [],
+               "ext_root": str(root)}
+    res = run_isolated("lethe.verifier.worker:run_candidate", payload=payload, arrays={}, timeout_s=120,
+                       read_paths=(str(root),))
+    assert res.status == "ok", (res.status, res.detail, res.stderr_tail[-1500:])
+    assert res.result["stage"] == "ok", res.result
+    assert res.result["extensions"] == {"loaded": 1, "rebuilt": []}
+
+
 def test_load_mode_falls_back_and_says_so_when_no_build_was_recorded(tmp_path):
     got = _run_child(textwrap.dedent(f'''
         import json

@@ -181,6 +181,17 @@ def arch_list(device: str) -> str:
     return f"{major}.{minor}"
 
 
+def _readable(root: Path) -> None:
+    """Let every uid read and traverse a finished build (the sandbox gave the root mode 0700 for the build step):
+    the candidate's verification runs under another leased uid. Nothing in a build is secret."""
+    for dirpath, _dirs, files in os.walk(root):
+        os.chmod(dirpath, 0o755)
+        for f in files:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, os.stat(p).st_mode | 0o444)
+
+
 def ensure_built(cand_src: str, *, runner, device: str, timeout_s: float = 900.0, memory_mb: int = 16384,
                  store: str | os.PathLike | None = None, jobs: int | None = None) -> tuple[Path, dict, Any]:
     """Build a candidate's extensions once: ``(extension root, marker, sandbox result or None when cached)``.
@@ -209,6 +220,7 @@ def ensure_built(cand_src: str, *, runner, device: str, timeout_s: float = 900.0
                      timeout_s=timeout_s, memory_mb=memory_mb, device=device, env=env, workdir=str(root))
         for scratch in (".home", ".tmp", ".src"):
             shutil.rmtree(root / scratch, ignore_errors=True)
+        _readable(root)
         if res.status == "ok" and isinstance(res.result, dict):
             return root, write_marker(root, res.result), res
         tail = (getattr(res, "stderr_tail", "") or "")[-1500:]
