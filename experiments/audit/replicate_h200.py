@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--build-workers", type=int, default=8)
     ap.add_argument("--kb-workers", type=int, default=4)
-    ap.add_argument("--kill-after", type=float, default=240.0, help="first audit attempt is SIGKILLed after this")
+    ap.add_argument("--kill-after", type=float, default=120.0, help="first audit attempt is SIGKILLed after this")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip")
     ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
     a = ap.parse_args(argv)
@@ -97,6 +97,8 @@ def main(argv=None) -> int:
              str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus", "leaderboard",
              "--out", str(run / "out" / "audit-leaderboard"), "--quiet"]
     if "audit" not in skip:
+        step(run, "build", audit + ["--build-only"])
+        audit[audit.index("--build-workers") + 1] = "0"
         # The resume test: the first attempt is killed with SIGKILL mid-run; the same command then finishes it.
         if "audit_killed" not in _state(run):
             step(run, "audit_killed", audit, timeout_s=a.kill_after)

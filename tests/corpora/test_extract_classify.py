@@ -196,3 +196,23 @@ def test_sakana_parameters_follow_assignment_order_not_module_parameters_order(m
     assert [n for n, _ in cand_model.named_parameters()] == ["bias", "conv.weight", "conv.bias"]
     x = torch.randn(2, 3, 8, 8)
     assert torch.equal(cand_model(x), ref_model(x))
+
+
+def test_sakana_rows_become_a_kernelbench_run_against_their_own_reference(tmp_path):
+    from lethe.audit.batch import discover
+
+    def row(name, cuda=CUDA, correct=True):
+        return {"Op_Name": "1_Tiny", "Level_ID": 1, "Task_ID": 1, "Kernel_Name": name, "CUDA_Code": cuda,
+                "PyTorch_Code_Module": REF, "Correct": correct, "CUDA_Speedup_Native": 1.0}
+
+    rows = [row("zeta"), row("alpha", correct=False), row("broken", cuda="int main() {}")]
+    m = S.materialise_kb_layout(rows, tmp_path)
+    assert [(x["kernel_name"], x["id"]) for x in m] == [("alpha", "level_1_problem_1_sample_0"),
+                                                       ("broken", "level_1_problem_1_sample_1"),
+                                                       ("zeta", "level_1_problem_1_sample_2")]
+    assert m[1]["conversion_error"] and not m[0]["conversion_error"] and m[0]["correct"] is False
+    items = discover(tmp_path / "run", kernelbench=str(tmp_path / "problems"))
+    assert [it["id"] for it in items] == ["level_1_problem_1_sample_0", "level_1_problem_1_sample_2"]
+    assert all(it["reference"] == REF and "lethe_build = _ext" in it["candidate"] for it in items)
+    assert (tmp_path / "problems" / "level1" / "1_Tiny.py").is_file()
+    assert S.materialise_kb_layout(rows, tmp_path / "again") == m

@@ -148,7 +148,7 @@ def _count_rows(path: Path) -> int:
 def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None = None, problem_base: int = 1,
         workers: int = 1, gpus: list[str] | None = None, profiles: list[str] = ("strict",), device: str = "auto",
         seed: int = 0, timeout_s: float = 300.0, corpus: str = "", progress: bool = True,
-        build_workers: int = 0) -> dict[str, Any]:
+        build_workers: int = 0, build_only: bool = False) -> dict[str, Any]:
     """Audit one folder; returns {"rows": n, "kernels": n, "out": path}.
 
     On a GPU, ``build_workers`` > 0 first builds every CUDA candidate's extensions in a parallel pool
@@ -163,6 +163,8 @@ def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None 
     (work / "spec.json").write_text(json.dumps(spec, sort_keys=True, indent=1))
     if build_workers and _resolved_device(device) == "cuda":
         build_extensions(items, work, workers=build_workers, gpus=gpus, progress=progress)
+    if build_only:
+        return {"rows": 0, "kernels": len(items), "out": str(out_dir), "builds": build_outcomes(work)}
     n = max(1, min(int(workers), len(items)))
     procs = []
     for i in range(n):
@@ -244,6 +246,21 @@ def build_extensions(items: list[dict], work: Path, *, workers: int, gpus: list[
     if bad:
         raise RuntimeError(f"build worker(s) failed: {bad}; see {work}/build-*.log; run the same command again")
     return {"built": len(todo)}
+
+
+def build_outcomes(work: Path) -> dict[str, int]:
+    """Counts over the build log of a run folder: built, failed, cached (latest line per kernel)."""
+    latest: dict[str, dict] = {}
+    for f in sorted(Path(work).glob("builds-*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            latest[r["id"]] = r
+    return {"kernels": len(latest), "ok": sum(bool(r["ok"]) for r in latest.values()),
+            "failed": sum(not r["ok"] for r in latest.values()),
+            "cached": sum(bool(r.get("cached")) for r in latest.values())}
 
 
 def _build_worker(slot: str, spec_path: str) -> int:
@@ -331,6 +348,7 @@ def add_subcommand(sub) -> None:
     a.add_argument("--build-workers", type=int, default=None,
                    help="parallel extension builds before verification (GPU only; default: cores // 4, 0: off)")
     a.add_argument("--gpus", default="", help="comma-separated device ids, one per worker round robin")
+    a.add_argument("--build-only", action="store_true", help="only build the CUDA candidates' extensions")
     a.add_argument("--profiles", default="strict")
     a.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     a.add_argument("--seed", type=int, default=0)
@@ -349,10 +367,13 @@ def _cmd(args) -> int:
                   profiles=[p for p in args.profiles.split(",") if p], device=args.device, seed=args.seed,
                   timeout_s=args.timeout, corpus=args.corpus, progress=not args.quiet,
                   build_workers=max(1, (os.cpu_count() or 4) // 4) if args.build_workers is None
-                  else args.build_workers)
+                  else args.build_workers, build_only=args.build_only)
     except (LayoutError, FileNotFoundError) as exc:
         print(f"lethe audit: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.build_only:
+        print(f"{res['kernels']} kernels: extension builds {json.dumps(res['builds'], sort_keys=True)}")
+        return EXIT_PASS
     lines = [json.loads(x) for x in Path(res["out"], "summary.jsonl").read_text().splitlines()]
     passed = sum(1 for s in lines if all(v == "pass" for v in s["lethe_verdict"].values()))
     print(f"{res['kernels']} kernels, {res['rows']} rows: {passed} pass every applicable gate; "

@@ -12,7 +12,8 @@ and a KernelBench-style reference ``Model``. The candidate made here:
   ``forward(x, conv_weight, conv_bias, bias)`` for ``self.conv = Conv2d(...); self.bias = Parameter(...)``, which
   ``Module.parameters()`` would list as bias first), and non-tensor host arguments from same-named attributes.
 
-The CUDA source is compiled lazily, on the first forward, so building the candidate never needs a GPU.
+The CUDA source is compiled lazily, on the first forward, so making and importing the candidate never needs a
+GPU or a compiler; the module's ``lethe_build`` hook lets the verifier's build step compile it up front.
 """
 
 from __future__ import annotations
@@ -141,6 +142,11 @@ def _ext():
     return _EXT
 
 
+# The verifier's build step calls this after importing the module (lethe.sandbox.extensions), so the lazily
+# built extension is compiled there, once, and never inside the verification process.
+lethe_build = _ext
+
+
 class ModelNew(_SakanaReferenceParams):
     """Same parameters as Model (inherited __init__); forward runs the archive's CUDA host function."""
 
@@ -225,3 +231,46 @@ def to_item(row: Mapping[str, Any]) -> dict[str, Any]:
 def select(rows: list[Mapping[str, Any]], level: int = 1) -> list[Mapping[str, Any]]:
     """The paper's population: level ``level`` rows with Correct == True."""
     return [r for r in rows if str(r.get("Level_ID")) == str(level) and _truthy(r.get("Correct"))]
+
+
+def materialise_kb_layout(rows: list[Mapping[str, Any]], out: str | Path) -> list[dict[str, Any]]:
+    """Write rows as a KernelBench run (``out/run/level_L_problem_T_sample_S_kernel.py``) against their own
+    references (``out/problems/levelL/T_<Op_Name>.py``; the archive's reference of a task), so that ``lethe audit
+    --kernelbench out/problems out/run`` and KernelBench's own check judge exactly the same pairs. ``S`` is the
+    row's rank among its task's rows sorted by Kernel_Name. Returns the manifest (also ``out/run/manifest.jsonl``):
+    one entry per row, with the conversion error of a row that has no candidate (no kernel file is written)."""
+    out = Path(out)
+    by_task: dict[tuple[int, int], list[Mapping[str, Any]]] = {}
+    for r in rows:
+        by_task.setdefault((int(r["Level_ID"]), int(r["Task_ID"])), []).append(r)
+    manifest = []
+    for (level, task), group in sorted(by_task.items()):
+        refs = {r.get("PyTorch_Code_Module") or "" for r in group}
+        if len(refs) != 1:
+            raise ValueError(f"level {level} task {task}: rows disagree on the reference")
+        pdir = out / "problems" / f"level{level}"
+        pdir.mkdir(parents=True, exist_ok=True)
+        op = str(group[0]["Op_Name"])
+        (pdir / f"{op if op.startswith(f'{task}_') else f'{task}_{op}'}.py").write_text(refs.pop(), encoding="utf-8")
+        run = out / "run"
+        run.mkdir(parents=True, exist_ok=True)
+        for s, r in enumerate(sorted(group, key=lambda r: str(r["Kernel_Name"]))):
+            it = to_item(r)
+            kid = f"level_{level}_problem_{task}_sample_{s}"
+            if it["candidate"]:
+                (run / f"{kid}_kernel.py").write_text(it["candidate"], encoding="utf-8")
+            manifest.append({"id": kid, "archive_id": it["id"], "kernel_name": r["Kernel_Name"], "level": level,
+                             "task": task, "correct": _truthy(r.get("Correct")), "op_class": it["op_class"],
+                             "cuda_sha256": hashlib.sha256((r.get("CUDA_Code") or "").encode()).hexdigest(),
+                             "conversion_error": it["extract_error"]})
+    (out / "run" / "manifest.jsonl").write_text("".join(json.dumps(m, sort_keys=True) + "\n" for m in manifest))
+    return manifest
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 4 or sys.argv[1] != "materialise":
+        sys.exit("usage: python -m lethe.corpora.sakana materialise SUBSET.jsonl OUT")
+    m = materialise_kb_layout(load_rows(sys.argv[2]), sys.argv[3])
+    print(json.dumps({"rows": len(m), "candidates": sum(1 for x in m if not x["conversion_error"])}))

@@ -9,7 +9,8 @@ kernel, repeated for every process that imports the candidate). This module spli
   imported with ``TORCH_EXTENSIONS_DIR`` set to that root, so ``load_inline`` builds exactly where and how it
   would for KernelBench given the same directory as ``build_dir``; each call's arguments are hashed and the built
   library recorded in the root's :data:`MARKER` (written by the parent from the child's report, so the candidate
-  cannot forge another candidate's record).
+  cannot forge another candidate's record). A candidate that builds lazily, on its first forward, may define a
+  module-level ``lethe_build()`` that the build step calls after the import.
 * **verification** (``"load"`` mode, the candidate process of ``lethe.verifier.worker:run_candidate``, which sees the
   store read-only): ``load_inline`` is replaced by a loader that hashes the call's arguments, finds the library the
   build step recorded for the same hash and imports it directly -- no compiler, no ninja, no lock file. A call whose

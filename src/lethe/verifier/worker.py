@@ -185,6 +185,9 @@ def build_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         ns = load_source(payload["cand_src"], "lethe_candidate", src_dir)
         if "ModelNew" not in ns:
             raise NameError("candidate defines no ModelNew")
+        # A candidate that builds its extension lazily (on the first forward) names the build in lethe_build.
+        if callable(ns.get("lethe_build")):
+            ns["lethe_build"]()
         ok, error = True, ""
     except BaseException as exc:  # noqa: BLE001 - a build failure is the candidate's compile_fail
         ok, error = False, f"{type(exc).__name__}: {exc}"
