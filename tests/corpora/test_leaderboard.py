@@ -48,7 +48,8 @@ def test_raw_offline_fails_at_once_with_one_line_hand_supply_instruction(tmp_pat
     assert time.monotonic() - t0 < 2
     msg = str(exc.value)
     assert "\n" not in msg
-    for needle in (LB.RAW.url(), LB.LB_COMMIT, LB.RAW.sha256, "by hand", str(LB.RAW.path(tmp_path / "cache"))):
+    for needle in (LB.RAW.url(), LB.LB_COMMIT, LB.RAW.sha256, "by hand", str(LB.RAW.path(tmp_path / "cache")),
+                   "corpora.leaderboard.raw", str(tmp_path / "absent.json")):
         assert needle in msg
     assert LB.RAW.url() == ("https://raw.githubusercontent.com/anneouyang/KernelBenchLeaderboard/"
                             f"{LB.LB_COMMIT}/docs/assets/raw_data.json")

@@ -94,7 +94,13 @@ def resolve_raw(hand: str | os.PathLike[str] | None = DEFAULT_RAW, cache_dir: st
     if hand is not None and Path(hand).is_file():
         verify(RAW, hand)
         return Path(hand)
-    return fetch(RAW, cache_dir, opener=opener, timeout_s=timeout_s)
+    try:
+        return fetch(RAW, cache_dir, opener=opener, timeout_s=timeout_s)
+    except FetchError as exc:
+        if isinstance(exc, HashMismatch):
+            raise
+        raise FetchError(f"{exc} Or point --raw (config corpora.leaderboard.raw) at such a copy"
+                         f"{f' (none at {hand})' if hand is not None else ''}.") from exc
 
 
 def kb_manifest() -> dict[str, Any]:
@@ -331,6 +337,23 @@ def summary(entries: list[dict[str, Any]], raw_path: str | os.PathLike[str], kb_
 
 # ---------------------------------------------------------------------------------------------------- layout
 
+MANIFEST_KEYS = ("id", "level", "problem", "problem_id", "sample", "model", "display_name", "file", "code_sha256",
+                 "ref_path", "ref_sha256", "op_class", "problem_file_differs", "predicted_compile_failure")
+
+
+def manifest_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One JSON line per paired entry, sorted by id: ids, hashes and flags only, never a source."""
+    paired = sorted((e for e in entries if e["drop"] is None), key=lambda e: e["id"])
+    return [json.dumps({k: e[k] for k in MANIFEST_KEYS}, sort_keys=True) for e in paired]
+
+
+def write_manifest(entries: list[dict[str, Any]], path: str | os.PathLike[str]) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(x + "\n" for x in manifest_lines(entries)), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 
 def _under_results(path: Path) -> bool:
     try:
@@ -367,12 +390,7 @@ def materialise(rows: list[dict[str, Any]], kb_root: str | os.PathLike[str], out
             tmp = target.with_name(f".{target.name}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, target)
-    keys = ("id", "level", "problem", "problem_id", "sample", "model", "display_name", "file", "code_sha256",
-            "ref_path", "ref_sha256", "op_class", "problem_file_differs", "predicted_compile_failure")
-    lines = [json.dumps({k: e[k] for k in keys}, sort_keys=True) for e in sorted(paired, key=lambda e: e["id"])]
-    tmp = out / ".manifest.jsonl.tmp"
-    tmp.write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    os.replace(tmp, out / "manifest.jsonl")
+    write_manifest(entries, out / "manifest.jsonl")
     f = funnel(entries)["stages"]
     return {"listed": len(entries), "paired": len(paired), "written": len(paired),
             "dropped": f[1]["dropped"], "problem_file_differs": f[1]["flagged"]["problem_file_differs"],
