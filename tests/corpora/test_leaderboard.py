@@ -20,6 +20,7 @@ from lethe.corpora.classify import classify
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "leaderboard"
 RAW_FIX = FIX / "raw_data.json"
+DATA_FIX = FIX / "data.json"
 KB_FIX = FIX / "kb"
 REPO = Path(__file__).resolve().parents[2]
 SHARED_RAW = REPO / LB.DEFAULT_RAW
@@ -58,6 +59,15 @@ def test_raw_offline_fails_at_once_with_one_line_hand_supply_instruction(tmp_pat
 def test_hand_supplied_raw_with_another_hash_is_refused(tmp_path):
     with pytest.raises(F.HashMismatch):
         LB.resolve_raw(RAW_FIX, tmp_path / "cache", opener=offline)
+    with pytest.raises(F.HashMismatch):
+        LB.resolve_data(DATA_FIX, tmp_path / "cache", opener=offline)
+
+
+def test_data_offline_fails_at_once_naming_its_pin(tmp_path):
+    with pytest.raises(F.FetchError) as exc:
+        LB.resolve_data(None, tmp_path / "cache", opener=offline)
+    msg = str(exc.value)
+    assert "\n" not in msg and LB.DATA.url() in msg and LB.DATA.sha256 in msg and "corpora.leaderboard.data" in msg
 
 
 def test_cli_refuses_unpinned_inputs_with_one_line_and_exit_2(tmp_path, capsys):
@@ -154,6 +164,28 @@ def test_pairing_counts_problems_from_one():
     # problem_id 0 must not pair with a file numbered 0 or 2, nor 99 with 99
     names = {Path(e["ref_path"]).name for e in entries.values() if e["drop"] is None}
     assert "1_Scale_by_two.py" in names and "100_Margin_loss_fixture.py" in names
+
+
+def test_pairing_check_counts_agreement_with_the_problem_index(tmp_path):
+    listed = {e["file"] for v in json.loads(DATA_FIX.read_text()).values() for e in v}
+    check = LB.pairing_check(rows(), DATA_FIX)
+    assert check["problem_id_plus_1"] == len(listed) and check["problem_id_plus_0"] == check["other"] == 0
+    assert check["absent_from_data_json"] == len(rows()) - len(listed)
+    # A row the index files under problem_id itself (an off-by-one the other way) is counted, not hidden.
+    data = json.loads(DATA_FIX.read_text())
+    moved = data.pop("Level 1: 100_Margin_loss_fixture")
+    data["Level 1: 99_Margin_loss_fixture"] = moved
+    (tmp_path / "data.json").write_text(json.dumps(data))
+    check = LB.pairing_check(rows(), tmp_path / "data.json")
+    assert check["problem_id_plus_0"] == len(moved)
+    assert check["problem_id_plus_1"] == len(listed) - len(moved)
+
+
+@pytest.mark.skipif(not (SHARED_RAW.is_file() and (REPO / LB.DEFAULT_DATA).is_file()),
+                    reason="no shared leaderboard copy on this machine")
+def test_no_upstream_row_contradicts_the_pairing_rule():
+    check = LB.pairing_check(LB.load_rows(SHARED_RAW), REPO / LB.DEFAULT_DATA)
+    assert check["problem_id_plus_0"] == check["other"] == 0 and check["problem_id_plus_1"] > 0
 
 
 def test_rows_without_a_problem_file_are_dropped_with_their_reason():
@@ -262,7 +294,7 @@ def test_funnel_counts_every_row_and_every_predicted_failure():
 
 def test_summary_carries_counts_and_pins_but_no_source():
     entries = LB.pair(rows(), KB_FIX)
-    s = LB.summary(entries, RAW_FIX, KB_FIX)
+    s = LB.summary(entries, RAW_FIX, KB_FIX, LB.pairing_check(rows(), DATA_FIX))
     text = json.dumps(s)
     for r in rows():
         assert r["code"] not in text and "ModelNew" not in text
@@ -270,3 +302,4 @@ def test_summary_carries_counts_and_pins_but_no_source():
     assert sum(s["counts"]["per_level"].values()) == s["counts"]["paired"]
     assert s["pins"]["raw_data"]["sha256"] == LB.RAW.sha256
     assert s["provenance"]["raw_data_sha256"] == F.sha256_file(RAW_FIX)
+    assert s["provenance"]["pairing_check"] == LB.pairing_check(rows(), DATA_FIX)

@@ -97,9 +97,9 @@ rule audit_kernels:
 
 
 # The KernelBench leaderboard corpus's source-free summary (counts, funnel so far, pins) and kernel manifest
-# (ids, hashes, flags), on the CPU. Its raw file is the hand-supplied copy when one is in place (the script
-# refuses it unless its SHA-256 is the pin's), else the pinned download in the corpora cache (corpora_fetch).
-# Candidate sources stay in the cache: the upstream repository has no licence.
+# (ids, hashes, flags), on the CPU. raw_data.json and data.json are each the hand-supplied copy when one is in
+# place (the script refuses it unless its SHA-256 is the pin's), else the pinned download in the corpora cache
+# (corpora_fetch). Candidate sources stay in the cache: the upstream repository has no licence.
 from lethe.corpora import leaderboard as _LB
 
 
@@ -111,6 +111,11 @@ rule leaderboard_corpus:
             config["corpora"]["leaderboard"]["raw"]
             if os.path.isfile(config["corpora"]["leaderboard"]["raw"])
             else str(_LB.RAW.path(config["corpora"]["cache_dir"]))
+        ),
+        data=lambda w: (
+            config["corpora"]["leaderboard"]["data"]
+            if os.path.isfile(config["corpora"]["leaderboard"]["data"])
+            else str(_LB.DATA.path(config["corpora"]["cache_dir"]))
         ),
         adapter="src/lethe/corpora/leaderboard.py",
         manifest=f"src/lethe/corpora/{_LB.KB_MANIFEST}",

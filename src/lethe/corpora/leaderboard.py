@@ -53,6 +53,17 @@ RAW = Pin(
     license="none (the upstream repository has no licence file: measure it, never commit it)",
     url_base=f"https://raw.githubusercontent.com/{LB_REPO}",
 )
+# The leaderboard's per-problem index ({"Level L: P_Name": [{display_name, torch_speedup, file}]}), in
+# KernelBench's numbering: the independent witness that problem_id counts from 0 (see pairing_check).
+DATA = Pin(
+    dataset=LB_REPO,
+    revision=LB_COMMIT,
+    filename="docs/assets/data.json",
+    sha256="d8f4558680c1dca0c5e9da7b437cbfd5ce1f5e6932eb9437d66baeb22ad2b263",
+    size=77_810,
+    license=RAW.license,
+    url_base=RAW.url_base,
+)
 KB_REPO = "ScalingIntelligence/KernelBench"
 KB_COMMIT = "48642c5c4ff616e1a2339f7e84b72eea0ac1a6a8"
 KB_URL_BASE = f"https://raw.githubusercontent.com/{KB_REPO}"
@@ -60,6 +71,7 @@ KB_MANIFEST = "kernelbench_48642c5c.json"
 
 # Defaults for a checkout beside ../shared (relative to the repository root, like config.yaml's paths).
 DEFAULT_RAW = "../shared/data/kernelbench-leaderboard/raw_data.json"
+DEFAULT_DATA = "../shared/data/kernelbench-leaderboard/data.json"
 DEFAULT_KB = "../shared/third_party/kernelbench-48642c5c"
 DEFAULT_CACHE = "cache/corpora"
 
@@ -91,15 +103,25 @@ def resolve_raw(hand: str | os.PathLike[str] | None = DEFAULT_RAW, cache_dir: st
                 *, opener: Opener | None = None, timeout_s: float = 10.0) -> Path:
     """The verified raw_data.json: the hand-supplied file when it exists (refused with HashMismatch unless its
     SHA-256 is the pin's), else the pinned cache copy, downloaded when absent (FetchError at once offline)."""
+    return _resolve(RAW, hand, cache_dir, "--raw (config corpora.leaderboard.raw)", opener, timeout_s)
+
+
+def resolve_data(hand: str | os.PathLike[str] | None = DEFAULT_DATA, cache_dir: str | os.PathLike[str] = DEFAULT_CACHE,
+                 *, opener: Opener | None = None, timeout_s: float = 10.0) -> Path:
+    """The verified data.json, under the same rules as :func:`resolve_raw`."""
+    return _resolve(DATA, hand, cache_dir, "--data (config corpora.leaderboard.data)", opener, timeout_s)
+
+
+def _resolve(pin: Pin, hand, cache_dir, option: str, opener: Opener | None, timeout_s: float) -> Path:
     if hand is not None and Path(hand).is_file():
-        verify(RAW, hand)
+        verify(pin, hand)
         return Path(hand)
     try:
-        return fetch(RAW, cache_dir, opener=opener, timeout_s=timeout_s)
+        return fetch(pin, cache_dir, opener=opener, timeout_s=timeout_s)
     except FetchError as exc:
         if isinstance(exc, HashMismatch):
             raise
-        raise FetchError(f"{exc} Or point --raw (config corpora.leaderboard.raw) at such a copy"
+        raise FetchError(f"{exc} Or point {option} at such a copy"
                          f"{f' (none at {hand})' if hand is not None else ''}.") from exc
 
 
@@ -198,6 +220,33 @@ def load_rows(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def pairing_check(rows: list[dict[str, Any]], data_path: str | os.PathLike[str]) -> dict[str, int]:
+    """How the rows' problem_id relates to the problem numbers of data.json, which lists the same kernels (by
+    upstream file hash) under KernelBench-numbered problem names: per row, whether data.json's problem is
+    problem_id + 1 or problem_id, another one, or whether the row is absent from data.json. The pairing rule
+    (problem_id + 1) stands only if no listed row disagrees with it."""
+    data = json.loads(Path(data_path).read_text(encoding="utf-8"))
+    where: dict[str, tuple[int, int]] = {}
+    for key, entries in data.items():
+        m = re.fullmatch(r"Level (\d+): (\d+)_.*", key, flags=re.S)
+        if not m:
+            raise SchemaError(f"{data_path}: unexpected problem key {key!r}")
+        for e in entries:
+            where[e["file"]] = (int(m.group(1)), int(m.group(2)))
+    out = Counter()
+    for r in rows:
+        got = where.get(r["file"])
+        if got is None:
+            out["absent_from_data_json"] += 1
+        elif got == (r["level"], r["problem_id"] + 1):
+            out["problem_id_plus_1"] += 1
+        elif got == (r["level"], r["problem_id"]):
+            out["problem_id_plus_0"] += 1
+        else:
+            out["other"] += 1
+    return {k: out.get(k, 0) for k in ("problem_id_plus_1", "problem_id_plus_0", "other", "absent_from_data_json")}
+
+
 def problem_index(kb_root: str | os.PathLike[str]) -> dict[tuple[int, int], Path]:
     """(level, KernelBench problem number) -> problem file, from a checkout root or its KernelBench folder."""
     root = Path(kb_root)
@@ -292,16 +341,19 @@ def _counts(entries: list[dict[str, Any]], key: str) -> dict[str, int]:
     return dict(sorted(Counter(str(e[key]) for e in entries).items()))
 
 
-def summary(entries: list[dict[str, Any]], raw_path: str | os.PathLike[str], kb_root: str | os.PathLike[str]
-            ) -> dict[str, Any]:
+def summary(entries: list[dict[str, Any]], raw_path: str | os.PathLike[str], kb_root: str | os.PathLike[str],
+            pairing: dict[str, int] | None = None) -> dict[str, Any]:
     """The source-free corpus summary (results/audit/leaderboard/corpus.json): counts per level, class and model,
-    the funnel so far, the pins and the provenance. No candidate or problem source is in it."""
+    the funnel so far, the pins, the provenance and (when given) :func:`pairing_check`'s counts. No candidate or
+    problem source is in it."""
     paired = [e for e in entries if e["drop"] is None]
     return {
         "corpus": CORPUS,
         "pins": {
             "raw_data": {"repo": RAW.dataset, "commit": RAW.revision, "path": RAW.filename, "url": RAW.url(),
                          "sha256": RAW.sha256, "size": RAW.size, "license": RAW.license},
+            "data": {"repo": DATA.dataset, "commit": DATA.revision, "path": DATA.filename, "url": DATA.url(),
+                     "sha256": DATA.sha256, "size": DATA.size, "license": DATA.license},
             "kernelbench": {"repo": KB_REPO, "commit": KB_COMMIT, "license": "MIT", "manifest": KB_MANIFEST,
                             "files": len(kb_manifest()["files"]),
                             "manifest_sha256": hashlib.sha256(
@@ -310,6 +362,7 @@ def summary(entries: list[dict[str, Any]], raw_path: str | os.PathLike[str], kb_
         "provenance": {
             "raw_data_sha256": sha256_file(raw_path),
             "pairing": "KernelBench problem number = upstream problem_id + 1; file KernelBench/level{L}/{P}_*.py",
+            "pairing_check": pairing,
             "op_class_rule": "lethe.corpora.classify.classify on the paired KernelBench problem source",
             "sample_rule": "rank of the model among the problem's rows, models sorted by name",
             "id_format": "level_{L}_problem_{P}_sample_{S} (P in KernelBench numbering), as lethe audit "
@@ -413,6 +466,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--kb", default=DEFAULT_KB, help="hand-supplied KernelBench checkout root (every file "
                        "checked against the manifest; else fetched into --cache-dir)")
         p.add_argument("--cache-dir", default=DEFAULT_CACHE)
+        if name == "summary":
+            p.add_argument("--data", default=DEFAULT_DATA, help="hand-supplied data.json (the pairing cross-check)")
     args = ap.parse_args(argv)
     try:
         raw = resolve_raw(args.raw, args.cache_dir)
@@ -421,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "materialise":
             res = materialise(rows, kb, args.out)
         else:
-            res = summary(pair(rows, kb), raw, kb)
+            res = summary(pair(rows, kb), raw, kb, pairing_check(rows, resolve_data(args.data, args.cache_dir)))
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(res, sort_keys=True, indent=1) + "\n", encoding="utf-8")
             res = {"listed": res["counts"]["listed"], "paired": res["counts"]["paired"], "out": args.out}
