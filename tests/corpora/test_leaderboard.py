@@ -4,6 +4,7 @@ materialised layout is what ``lethe audit --kernelbench`` reads, with the same i
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import random
 import shutil
@@ -148,6 +149,22 @@ def test_pinned_raw_download_lands_verified_in_the_cache(tmp_path):
     path = LB.resolve_raw(None, tmp_path, opener=server)
     assert seen == [LB.RAW.url()]
     assert path == LB.RAW.path(tmp_path) and F.sha256_file(path) == LB.RAW.sha256
+
+
+@pytest.mark.skipif(not SHARED_KB.is_dir(), reason="no shared KernelBench copy on this machine")
+def test_pinned_kernelbench_download_builds_a_verified_checkout_in_the_cache(tmp_path):
+    prefix = f"https://raw.githubusercontent.com/{LB.KB_REPO}/{LB.KB_COMMIT}/"
+    seen = []
+
+    def server(req, timeout):
+        assert req.full_url.startswith(prefix)
+        seen.append(req.full_url[len(prefix):])
+        return io.BytesIO((SHARED_KB / seen[-1]).read_bytes())
+
+    root = LB.resolve_kernelbench(None, tmp_path, opener=server)
+    assert sorted(seen) == sorted(f["path"] for f in LB.kb_manifest()["files"])
+    LB.verify_kernelbench(root)
+    assert len(LB.problem_index(root)) == len(LB.problem_index(SHARED_KB))
 
 
 # ---------------------------------------------------------------- pairing

@@ -163,7 +163,7 @@ def fetch(
     if pin.size is not None and have > pin.size:
         part.unlink()  # cannot be a prefix of the pinned file
         have = 0
-    if pin.size is None or have < pin.size:
+    if pin.size is None or have < pin.size or not part.exists():  # an empty pinned file still needs its .part
         headers = {"User-Agent": "lethe-fetch/1"}
         if have:
             headers["Range"] = f"bytes={have}-"
