@@ -320,3 +320,18 @@ def test_summary_carries_counts_and_pins_but_no_source():
     assert s["pins"]["raw_data"]["sha256"] == LB.RAW.sha256
     assert s["provenance"]["raw_data_sha256"] == F.sha256_file(RAW_FIX)
     assert s["provenance"]["pairing_check"] == LB.pairing_check(rows(), DATA_FIX)
+
+
+@pytest.mark.skipif(not (SHARED_RAW.is_file() and SHARED_KB.is_dir()), reason="no shared leaderboard copy")
+def test_cli_materialises_the_pinned_corpus_for_the_audit(tmp_path, capsys):
+    out = tmp_path / "run"
+    rc = LB.main(["materialise", "--out", str(out), "--raw", str(SHARED_RAW), "--kb", str(SHARED_KB),
+                  "--cache-dir", str(tmp_path / "cache")])
+    printed = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    man = [json.loads(x) for x in (out / "manifest.jsonl").read_text().splitlines()]
+    assert printed["written"] == len(man) == len(list(out.glob("*_kernel.py")))
+    assert printed["listed"] == len(LB.load_rows(SHARED_RAW))
+    items = discover(out, kernelbench=str(SHARED_KB))
+    assert [i["id"] for i in items] == [m["id"] for m in man]
+    assert not any("extract_error" in i for i in items)
