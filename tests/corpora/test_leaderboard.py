@@ -335,3 +335,12 @@ def test_cli_materialises_the_pinned_corpus_for_the_audit(tmp_path, capsys):
     items = discover(out, kernelbench=str(SHARED_KB))
     assert [i["id"] for i in items] == [m["id"] for m in man]
     assert not any("extract_error" in i for i in items)
+
+
+@pytest.mark.skipif(not (SHARED_RAW.is_file() and SHARED_KB.is_dir() and (REPO / LB.DEFAULT_DATA).is_file()),
+                    reason="no shared leaderboard copy")
+def test_committed_summary_is_what_the_pinned_inputs_give(tmp_path):
+    out = tmp_path / "corpus.json"
+    assert LB.main(["summary", "--out", str(out), "--raw", str(SHARED_RAW), "--kb", str(SHARED_KB),
+                    "--data", str(REPO / LB.DEFAULT_DATA), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert out.read_bytes() == (REPO / "results/audit/leaderboard/corpus.json").read_bytes()
