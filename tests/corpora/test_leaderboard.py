@@ -96,8 +96,14 @@ def test_kernelbench_copy_with_one_edited_file_is_refused(tmp_path):
     shutil.copytree(KB_FIX, copy)
     LB.verify_kernelbench(copy, manifest)  # the untouched copy passes
     target = copy / manifest["files"][0]["path"]
-    target.write_text(target.read_text() + "\n# edited\n")
+    original = target.read_text()
+    target.write_text(original + "\n# edited\n")
     with pytest.raises(F.HashMismatch, match="1 of"):
+        LB.verify_kernelbench(copy, manifest)
+    target.write_text(original)
+    extra = copy / "KernelBench" / "level1" / "7_Extra_problem.py"
+    extra.write_text("class Model: pass\n")
+    with pytest.raises(F.HashMismatch, match="not pinned"):
         LB.verify_kernelbench(copy, manifest)
 
 

@@ -151,17 +151,22 @@ def build_kb_manifest(root: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def verify_kernelbench(root: str | os.PathLike[str], manifest: dict[str, Any] | None = None) -> None:
-    """Raise HashMismatch unless every manifest file is present under ``root`` with its pinned SHA-256: a
-    copy with one edited, missing or extra-numbered problem file would pair rows with the wrong reference."""
+    """Raise HashMismatch unless every manifest file is present under ``root`` with its pinned SHA-256 and the
+    problem folders the manifest covers hold no other problem file: a copy with one edited, missing or extra
+    problem file would pair rows with the wrong reference."""
     root = Path(root)
     manifest = manifest or kb_manifest()
     bad = []
+    listed = {f["path"] for f in manifest["files"]}
     for f in manifest["files"]:
         p = root / f["path"]
         if not p.is_file():
             bad.append(f"{f['path']} missing")
         elif sha256_file(p) != f["sha256"]:
             bad.append(f"{f['path']} differs")
+    for folder in sorted({str(Path(x).parent) for x in listed if x.startswith("KernelBench/level")}):
+        bad += [f"{x} not pinned" for x in sorted(str(q.relative_to(root)) for q in (root / folder).glob("*.py"))
+                if x not in listed]
     if bad:
         raise HashMismatch(f"{root} is not KernelBench at {manifest['commit']}: {len(bad)} of "
                            f"{len(manifest['files'])} files fail their pin ({'; '.join(bad[:5])}"
