@@ -75,6 +75,23 @@ def test_download_then_cached(tmp_path):
     assert len(hub.requests) == 1  # second call verified the cached file, no download
 
 
+def test_empty_pinned_file_is_downloaded_and_verified(tmp_path):
+    # A pinned empty file (a package's __init__.py) has nothing to resume: it must still land in place.
+    path = F.fetch(make_pin(b""), tmp_path, opener=FakeHub(b""))
+    assert path.is_file() and path.read_bytes() == b""
+
+
+def test_git_host_pin_uses_its_raw_url_and_never_the_hub_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", "hf-secret")
+    pin = F.Pin(dataset="owner/repo", revision="b" * 40, filename="docs/a.json",
+                sha256=hashlib.sha256(PAYLOAD).hexdigest(), size=len(PAYLOAD), url_base="https://git.example/owner/repo")
+    hub = FakeHub(PAYLOAD)
+    path = F.fetch(pin, tmp_path, endpoint="https://huggingface.co", opener=hub)
+    assert hub.requests[0].full_url == "https://git.example/owner/repo/" + "b" * 40 + "/docs/a.json"
+    assert hub.requests[0].get_header("Authorization") is None
+    assert path == tmp_path / "owner__repo" / ("b" * 40) / "docs" / "a.json" and path.read_bytes() == PAYLOAD
+
+
 def test_resume_after_interrupted_download(tmp_path):
     pin = make_pin()
     hub = FakeHub(PAYLOAD, cut_at=300_000)

@@ -28,7 +28,10 @@ rule corpora_fetch:
     output:
         f"{config['corpora']['cache_dir']}/{{dataset}}/{{revision}}/{{filename}}",
     params:
-        cache_dir=lambda w, output: os.path.dirname(os.path.dirname(os.path.dirname(output[0]))),
+        # the cache root: the output less its {dataset}/{revision}/{filename} tail (a filename may hold slashes)
+        cache_dir=lambda w, output: output[0]
+        .removesuffix(os.path.join(w.dataset, w.revision, w.filename))
+        .rstrip(os.sep),
     log:
         "logs/audit/fetch_{dataset}_{revision}_{filename}.log",
     script:
@@ -91,3 +94,38 @@ rule audit_kernels:
         f"logs/audit/{AUDIT_CORPUS}/kernels.log",
     script:
         "../scripts/audit_kernels.py"
+
+
+# The KernelBench leaderboard corpus's source-free summary (counts, funnel so far, pins) and kernel manifest
+# (ids, hashes, flags), on the CPU. raw_data.json and data.json are each the hand-supplied copy when one is in
+# place (the script refuses it unless its SHA-256 is the pin's), else the pinned download in the corpora cache
+# (corpora_fetch). Candidate sources stay in the cache: the upstream repository has no licence.
+from lethe.corpora import leaderboard as _LB
+
+
+rule leaderboard_corpus:
+    conda:
+        CONDA_ENV
+    input:
+        raw=lambda w: (
+            config["corpora"]["leaderboard"]["raw"]
+            if os.path.isfile(config["corpora"]["leaderboard"]["raw"])
+            else str(_LB.RAW.path(config["corpora"]["cache_dir"]))
+        ),
+        data=lambda w: (
+            config["corpora"]["leaderboard"]["data"]
+            if os.path.isfile(config["corpora"]["leaderboard"]["data"])
+            else str(_LB.DATA.path(config["corpora"]["cache_dir"]))
+        ),
+        adapter="src/lethe/corpora/leaderboard.py",
+        manifest=f"src/lethe/corpora/{_LB.KB_MANIFEST}",
+    output:
+        corpus="results/audit/leaderboard/corpus.json",
+        manifest="results/audit/leaderboard/manifest.jsonl",
+    params:
+        kernelbench=config["corpora"]["kernelbench"],
+        cache_dir=config["corpora"]["cache_dir"],
+    log:
+        "logs/audit/leaderboard_corpus.log",
+    script:
+        "../scripts/audit_leaderboard_corpus.py"

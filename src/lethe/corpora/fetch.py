@@ -1,7 +1,8 @@
-"""Pinned, hash-checked, resumable download of a corpus file from the Hugging Face Hub.
+"""Pinned, hash-checked, resumable download of a corpus file from the Hugging Face Hub or a git host.
 
-A corpus is named by dataset, revision (a commit sha, never a branch) and file, and checked by SHA-256 and
-size. The file lands in ``<cache_dir>/<dataset>/<revision>/<filename>`` (outside ``results/``). Download goes
+A corpus is named by dataset (or repository), revision (a commit sha, never a branch) and file, and checked by
+SHA-256 and size. A pin with ``url_base`` names a file of a git repository served raw at
+``<url_base>/<revision>/<filename>`` (GitHub's raw scheme); any other pin is a Hub dataset file. The file lands in ``<cache_dir>/<dataset>/<revision>/<filename>`` (outside ``results/``). Download goes
 to ``<file>.part`` and resumes from its size with an HTTP Range request; the file is renamed into place only
 after its hash matches, so a truncated or corrupted download is never used. Offline, the fetch fails at once
 with a message that says how to put the file in place by hand.
@@ -31,9 +32,13 @@ class Pin:
     sha256: str | None
     size: int | None = None
     license: str = ""
+    url_base: str = ""
 
     def url(self, endpoint: str = DEFAULT_ENDPOINT) -> str:
-        """The Hub's resolve URL for a dataset file at a fixed revision (huggingface_hub's scheme)."""
+        """The file's URL at a fixed revision: ``url_base``'s raw scheme when set (``endpoint`` then unused),
+        else the Hub's resolve URL for a dataset file (huggingface_hub's scheme)."""
+        if self.url_base:
+            return f"{self.url_base.rstrip('/')}/{self.revision}/{self.filename}"
         return f"{endpoint.rstrip('/')}/datasets/{self.dataset}/resolve/{self.revision}/{self.filename}"
 
     def path(self, cache_dir: str | os.PathLike[str]) -> Path:
@@ -85,6 +90,12 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 
 
 def _manual_hint(pin: Pin, dest: Path) -> str:
+    if pin.url_base:
+        return (
+            f"To supply it by hand, download {pin.url()} (file {pin.filename} of {pin.dataset} at commit "
+            f"{pin.revision}) on a machine with network access and place it at {dest}; its SHA-256 must be "
+            f"{pin.sha256 or '<unknown>'}" + (f" and its size {pin.size:,} bytes." if pin.size else ".")
+        )
     return (
         f"To supply it by hand, download {pin.filename} of dataset {pin.dataset} at revision "
         f"{pin.revision or '<unpinned>'} on a machine with Hub access (e.g. "
@@ -143,17 +154,20 @@ def fetch(
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
-    endpoint = endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
+    if pin.url_base:
+        endpoint = pin.url_base  # a git host's raw scheme: the Hub endpoint and token do not apply
+    else:
+        endpoint = endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT
     opener = opener or _default_opener
     have = part.stat().st_size if part.exists() else 0
     if pin.size is not None and have > pin.size:
         part.unlink()  # cannot be a prefix of the pinned file
         have = 0
-    if pin.size is None or have < pin.size:
+    if pin.size is None or have < pin.size or not part.exists():  # an empty pinned file still needs its .part
         headers = {"User-Agent": "lethe-fetch/1"}
         if have:
             headers["Range"] = f"bytes={have}-"
-        if token or os.environ.get("HF_TOKEN"):
+        if not pin.url_base and (token or os.environ.get("HF_TOKEN")):
             headers["Authorization"] = f"Bearer {token or os.environ['HF_TOKEN']}"
         req = urllib.request.Request(pin.url(endpoint), headers=headers)
         try:
