@@ -76,6 +76,8 @@ def main(argv=None) -> int:
     ap.add_argument("--build-workers", type=int, default=8)
     ap.add_argument("--kb-workers", type=int, default=4)
     ap.add_argument("--kill-after", type=float, default=120.0, help="first audit attempt is SIGKILLed after this")
+    ap.add_argument("--sakana", default="", help="the second corpus's subset.jsonl (skipped when empty)")
+    ap.add_argument("--trusted-s", type=float, default=240.0, help="wall budget of the trusted corpus's H200 column")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip")
     ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
     a = ap.parse_args(argv)
@@ -113,6 +115,22 @@ def main(argv=None) -> int:
         step(run, f"kb_{impl}", [py, "-m", "lethe.kernelbench.real", "judge", str(lb), "--checkout", a.kb,
                                  "--impl", impl, "--out", str(run / "out" / f"kb-{impl}"), "--workers",
                                  str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
+    if "sakana" not in skip and a.sakana:
+        sk = run / "sakana"
+        step(run, "sakana_materialise", [py, "-m", "lethe.corpora.sakana", "materialise", a.sakana, str(sk)])
+        sk_audit = [py, "-m", "lethe.cli", "audit", str(sk / "run"), "--kernelbench", str(sk / "problems"),
+                    "--profiles", PROFILES, "--workers", str(a.workers), "--build-workers", str(a.build_workers),
+                    "--device", "cuda", "--corpus", "sakana", "--out", str(run / "out" / "audit-sakana"), "--quiet"]
+        step(run, "sakana_audit", sk_audit)
+        build_map(discover(str(sk / "run"), kernelbench=str(sk / "problems")), run / "buildmap-sakana.json")
+        step(run, "sakana_kb_real", [py, "-m", "lethe.kernelbench.real", "judge", str(sk / "run"), "--checkout",
+                                     a.kb, "--problems", str(sk / "problems"), "--impl", "real", "--out",
+                                     str(run / "out" / "kb-real-sakana"), "--workers", str(a.kb_workers),
+                                     "--build-dir-map", str(run / "buildmap-sakana.json"), "--quiet"])
+    if "trusted" not in skip:
+        step(run, "trusted", [py, "-m", "lethe.trusted.run", "--device", "cuda", "--kb-root", a.kb, "--out",
+                              str(run / "out" / "trusted-h200"), "--checkpoint", str(run / "trusted-ck.jsonl"),
+                              "--stop-after-s", str(a.trusted_s)])
     print("driver done", flush=True)
     return 0
 
@@ -123,7 +141,8 @@ def collect(run: Path, dest: Path) -> int:
         if rel.parts[0] == "lb":
             return rel.name == "manifest.jsonl"
         if "work" in rel.parts:
-            return rel.name.startswith(("builds-", "worker-", "build-")) or rel.name == "spec.json"
+            # Checkpoints too: an audit cut short by the lease still brings back every row it finished.
+            return rel.suffix in (".jsonl", ".log") or rel.name == "spec.json"
         return rel.suffix in (".json", ".jsonl", ".parquet", ".log")
 
     with tarfile.open(dest, "w:gz") as tar:
