@@ -281,6 +281,11 @@ def test_build_dir_map_and_build_detection(fake):
     assert (pre / "ext" / "ext.so").read_text() == "prebuilt"
     assert not (pre / "ext" / "lock").exists()
     assert s["builds"] == 1 and s["prebuilt_reused"] == 1
+    # a second implementation's run given the same build root finds every extension built
+    out2 = fake["tmp"] / "out2"
+    judge(fake, run_dir, out2, build_dir_map=mp, build_root=out / "work" / "build")
+    timing2 = {t["id"]: t for t in map(json.loads, (out2 / "timing.jsonl").read_text().splitlines())}
+    assert timing2[rid(2)]["built"] is False
 
 
 def test_resume_after_kill_9(fake):
@@ -479,3 +484,35 @@ def test_real_kernelbench_on_gpu(tmp_path):
     rows = rows_of(tmp_path / "out")
     assert rows["level_1_problem_23_sample_0"]["outcome"] == "correct"
     assert rows["level_1_problem_23_sample_0"]["metadata"]["hardware"] != "cpu"
+
+
+def test_edge_definition_states_the_factor():
+    assert f"{real.EDGE_FACTOR:g} x atol" in real.DISAGREEMENT_CLASSES["tolerance_edge"]
+
+
+def test_extension_versions_are_reset_between_kernels():
+    """Without the reset, a second load_inline of the same name in one worker is renamed <name>_v1."""
+    from torch.utils import cpp_extension
+
+    cpp_extension.JIT_EXTENSION_VERSIONER.entries["lethe_probe_ext"] = "x"
+    real._reset_extension_versions()
+    assert "lethe_probe_ext" not in cpp_extension.JIT_EXTENSION_VERSIONER.entries
+
+
+def test_agreement_table_renders_counts_in_rule_order(tmp_path):
+    from lethe.kernelbench import tables
+
+    theirs = [row(id="1"), row(id="2", **FAIL, max_difference=0.011, trials_passed=0),
+              row(id="3", outcome="compilation_error", compiled=False, correct=False)]
+    ours = [row("replica-paper", id=str(i)) for i in range(1, 4)]
+    path = tmp_path / "agreement.json"
+    path.write_text(json.dumps(real.agree(theirs, ours), sort_keys=True))
+    out = tables.render_real_agreement(path, "toy", tmp_path)
+    md = (tmp_path / "kernelbench_real_toy_replica-paper.md").read_text()
+    assert "| 1 | 0 | 2 | 0 | 3 | 33.33% |" in md  # KB fails kernels 2 and 3, the replica passes them
+    classes = (tmp_path / "kernelbench_real_toy_replica-paper_classes.md").read_text()
+    lines = [x for x in classes.splitlines() if x.startswith("| ") and not x.startswith("| disagreement")]
+    assert [x.split("|")[1].strip() for x in lines] == [*real.DISAGREEMENT_CLASSES, "all disagreements"]
+    assert "| compile_env | 1 |" in classes and "| tolerance_edge | 1 |" in classes
+    assert "| all disagreements | 2 |" in classes
+    assert all(p.exists() for p in out)

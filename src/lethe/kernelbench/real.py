@@ -616,8 +616,17 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
         problem_base: int = 1, workers: int = 1, gpus: Sequence[str] | None = None, timeout_s: float = TIMEOUT_S,
         build_dir_map: str | os.PathLike[str] | None = None, device: str = "cuda", kernels_per_worker: int = 0,
         extra_paths: Sequence[str] = (), ids: Iterable[str] | None = None, stand_ins: bool = True,
-        startup_timeout_s: float = 900.0, progress: bool = True) -> dict[str, Any]:
-    """Judge every kernel of ``run_dir`` that has no current row; then write the outputs. Returns the summary."""
+        startup_timeout_s: float = 900.0, progress: bool = True,
+        work: str | os.PathLike[str] | None = None,
+        build_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Judge every kernel of ``run_dir`` that has no current row; then write the outputs. Returns the summary.
+
+    ``work`` (default ``OUT/work``) holds the checkpoint, the per-sample build directories, worker logs and
+    scratch folders: large and machine-specific, so a workflow keeps it outside ``results/``. ``build_root``
+    (default ``WORK/build``) holds one build directory per kernel (``<build_root>/<id>``) where the build-dir map
+    names none; runs of several implementations given the same ``build_root`` build each extension once (same
+    sources, flags and environment: ninja finds the second one up to date).
+    """
     import multiprocessing as mp
 
     from lethe.audit.batch import discover
@@ -635,7 +644,9 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
         items = [it for it in items if it["id"] in wanted]
     by_id = {it["id"]: it for it in items}
     out = Path(out)
-    work = out / "work"
+    # Absolute: build directories are written into the candidate source and workers run in their own cwd.
+    out = out.resolve()
+    work = Path(work).resolve() if work else out / "work"
     work.mkdir(parents=True, exist_ok=True)
     lock = open(work / "lock", "a")
     # A killed earlier command's workers die with it; a live second command must not write the same checkpoint.
@@ -664,12 +675,14 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
                           timeout_s=timeout_s, bdmap=bdmap, work=work, device=device,
                           kernels_per_worker=kernels_per_worker, extra_paths=list(extra_paths), stand_ins=stand_ins,
                           startup_timeout_s=startup_timeout_s, progress=progress, n_total=n_total,
+                          build_root=Path(build_root).resolve() if build_root else work / "build",
                           n_done0=n_total - len(pending), ctx=mp.get_context("spawn"))
-    summary = gather(items, out, impl=impl, checkout=checkout, infos=infos, settings={
+    summary = gather(items, out, work, impl=impl, checkout=checkout, infos=infos, settings={
         "impl": impl, "run_dir": str(run_dir), "problems": str(problems), "problem_base": problem_base,
         "workers": workers, "gpus": list(gpus or []), "timeout_s": timeout_s, "device": device,
         "kernels_per_worker": kernels_per_worker, "extra_paths": list(extra_paths),
-        "build_dir_map": str(build_dir_map) if build_dir_map else None, "num_correct_trials": NUM_CORRECT_TRIALS,
+        "build_dir_map": str(build_dir_map) if build_dir_map else None,
+        "build_root": str(build_root) if build_root else None, "num_correct_trials": NUM_CORRECT_TRIALS,
         "seed": SEED, "measure_performance": False, "stand_ins_allowed": list(STAND_IN_NAMES) if stand_ins else [],
         "this_call_wall_s": round(time.monotonic() - t_run, 1)})
     lock.close()
@@ -677,8 +690,8 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
 
 
 def _pool(pending: list[dict[str, Any]], ckpt, *, impl, checkout, workers, gpus, timeout_s, bdmap, work, device,
-          kernels_per_worker, extra_paths, stand_ins, startup_timeout_s, progress, n_total, n_done0, ctx
-          ) -> list[dict[str, Any]]:
+          kernels_per_worker, extra_paths, stand_ins, startup_timeout_s, progress, n_total, n_done0, ctx,
+          build_root: Path) -> list[dict[str, Any]]:
     from multiprocessing.connection import wait
 
     spec = {"impl": impl, "checkout": str(checkout) if checkout else None, "device": device,
@@ -719,7 +732,7 @@ def _pool(pending: list[dict[str, Any]], ckpt, *, impl, checkout, workers, gpus,
                     item = queue.pop(0)
                     w.job, w.deadline = item, time.monotonic() + timeout_s
                     w.served += 1
-                    bdir = bdmap.get(item["id"], str(work / "build" / item["id"]))
+                    bdir = bdmap.get(item["id"], str(build_root / item["id"]))
                     # A directory several kernels share may hold a live lock of another worker: leave it.
                     w.conn.send({"type": "job", "item": item, "build_dir": bdir,
                                  "clear_locks": bdir not in shared_dirs})
@@ -787,13 +800,14 @@ def _write_lines(path: Path, objs: Iterable[Mapping[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
-def gather(items: list[dict[str, Any]], out: Path, *, impl: str, checkout, infos: list[dict[str, Any]],
+def gather(items: list[dict[str, Any]], out: Path, work: Path, *, impl: str, checkout, infos: list[dict[str, Any]],
            settings: dict[str, Any]) -> dict[str, Any]:
     """rows.jsonl, timing.jsonl, summary.json and provenance.json from the checkpoint (latest row per id)."""
     from lethe import provenance
 
     latest: dict[str, dict[str, Any]] = {}
-    for e in read_jsonl(out / "work" / "checkpoint.jsonl"):
+    out.mkdir(parents=True, exist_ok=True)
+    for e in read_jsonl(work / "checkpoint.jsonl"):
         if e["row"].get("impl") == impl:
             latest[e["row"]["id"]] = e
     ids = sorted((it["id"] for it in items if it["id"] in latest), key=id_key)
@@ -847,12 +861,12 @@ DISAGREEMENT_CLASSES = {
     "shared_namespace": "the candidate rebinds a top-level name of the reference (batch_size, N, ...), which "
                         "both checks read from one shared globals dict",
     "tolerance_policy": "the two checks apply different tolerances and the stricter one rejects on values",
-    "tolerance_edge": "same tolerance, and the rejecting side's largest difference lies within a factor "
-                      "EDGE_FACTOR of the tolerance",
+    "tolerance_edge": "same tolerance, and the rejecting side's largest |ref - new| is at most 4 x atol",
     "runtime_divergence": "one side raised (runtime error, shape mismatch) where the other ran to a verdict",
     "unexplained": "none of the rules above applies: read the kernel",
 }
-#: A value rejection whose max |ref - new| is within this factor of atol is at the tolerance edge.
+#: A value rejection whose max |ref - new| is within this factor of atol is at the tolerance edge (the definition
+#: in DISAGREEMENT_CLASSES states it; a test holds the two together).
 EDGE_FACTOR = 4.0
 _NOT_LOADED = ("compilation_error", "cuda_error", "other_error")
 
@@ -959,6 +973,7 @@ def main(argv: list[str] | None = None) -> int:
     j = sub.add_parser("judge", help="judge a KernelBench run folder with KernelBench's check or our replica")
     j.add_argument("run_dir")
     j.add_argument("--out", required=True)
+    j.add_argument("--work", default=None, help="checkpoint, build directories, logs (default OUT/work)")
     j.add_argument("--impl", default="real", choices=IMPLS)
     j.add_argument("--checkout", default=None, help="KernelBench copy at 48642c5c (src/eval.py; problems too)")
     j.add_argument("--problems", default=None, help="KernelBench problems folder (default: the checkout)")
@@ -967,6 +982,7 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--gpus", default="", help="comma-separated device ids, one per worker round robin")
     j.add_argument("--timeout", type=float, default=TIMEOUT_S)
     j.add_argument("--build-dir-map", default=None, help="JSON id -> prebuilt extension directory")
+    j.add_argument("--build-root", default=None, help="per-kernel build directories <root>/<id> (default WORK/build)")
     j.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     j.add_argument("--kernels-per-worker", type=int, default=0, help="replace a worker after this many (0: never)")
     j.add_argument("--extra-path", action="append", default=[], help="prepended to the workers' sys.path")
@@ -993,7 +1009,8 @@ def main(argv: list[str] | None = None) -> int:
                 problem_base=args.problem_base, workers=args.workers,
                 gpus=[g for g in args.gpus.split(",") if g] or None, timeout_s=args.timeout,
                 build_dir_map=args.build_dir_map, device=args.device, kernels_per_worker=args.kernels_per_worker,
-                extra_paths=args.extra_path, ids=ids, stand_ins=not args.no_stand_ins, progress=not args.quiet)
+                extra_paths=args.extra_path, ids=ids, stand_ins=not args.no_stand_ins, progress=not args.quiet,
+                work=args.work, build_root=args.build_root)
     except SetupError as e:
         print(f"kernelbench-real: {e}", file=sys.stderr)
         return 2
