@@ -2,6 +2,7 @@
 # the disputed cell by gate) and the agreement between KernelBench's own check and our re-implementation.
 # The published tables read the authors' release (data/published/); the per-corpus tables read this project's
 # committed results/differential/<corpus>/differential.json (written by differential_compute.smk).
+import glob
 import os
 
 RENDER_TARGETS.extend(
@@ -63,3 +64,38 @@ rule differential_corpus_tables:
         "logs/differential/{corpus}_tables.log",
     script:
         "../scripts/differential_render.py"
+
+
+# KernelBench's own check vs our replica on a corpus (lethe.kernelbench.real): rendered once the agreement JSON
+# of that corpus and replica is committed (written by differential_compute.smk's kernelbench_real_agreement).
+KB_REAL_AGREEMENTS = sorted(
+    glob.glob(os.path.join(workflow.basedir, "results", "differential", "*", "kb_real_agreement_replica-*.json"))
+)
+for _p in KB_REAL_AGREEMENTS:
+    _corpus = os.path.basename(os.path.dirname(_p))
+    _replica = os.path.basename(_p)[len("kb_real_agreement_") : -len(".json")]
+    RENDER_TARGETS.extend(
+        [
+            f"paper/tables/kernelbench_real_{_corpus}_{_replica}{s}"
+            for s in (".md", ".tex", "_classes.md", "_classes.tex")
+        ]
+    )
+
+
+rule kernelbench_real_tables:
+    conda:
+        CONDA_ENV
+    input:
+        agreement="results/differential/{corpus}/kb_real_agreement_{replica}.json",
+    output:
+        md="paper/tables/kernelbench_real_{corpus}_{replica}.md",
+        tex="paper/tables/kernelbench_real_{corpus}_{replica}.tex",
+        classes_md="paper/tables/kernelbench_real_{corpus}_{replica}_classes.md",
+        classes_tex="paper/tables/kernelbench_real_{corpus}_{replica}_classes.tex",
+    wildcard_constraints:
+        corpus="[A-Za-z0-9_.-]+",
+        replica="replica-paper|replica-hardened",
+    log:
+        "logs/differential/{corpus}_kb_real_tables_{replica}.log",
+    script:
+        "../scripts/kernelbench_real_render.py"

@@ -101,3 +101,38 @@ def render_computed_differential(diff_path: str | Path, corpus: str, tables_dir:
                  f"The disputed cell of the paper-era check on the {corpus} corpus, by failing gate.",
                  f"tab:{stem}-by-gate", tables_dir / f"{stem}_by_gate.md", tables_dir / f"{stem}_by_gate.tex")
     return [tables_dir / f"{stem}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]
+
+
+CLASS_COLUMNS = [Column("class", "disagreement class", align="l"), Column("kernels", "kernels"),
+                 Column("definition", "rule", align="l")]
+
+
+def render_real_agreement(agreement_path: str | Path, corpus: str, tables_dir: str | Path) -> list[Path]:
+    """``kernelbench_real_<corpus>_<replica>``: the 2x2 of KernelBench's own check vs a replica on one corpus,
+    and ``..._classes``: every disagreement counted under its class (from ``lethe.kernelbench.real.agree``)."""
+    res = _load(agreement_path)
+    replica = "+".join(res["ours"])
+    stem = f"kernelbench_real_{corpus}_{replica}"
+    tables_dir = Path(tables_dir)
+    notes = [f"Kernels without a verdict on both sides: {res['skipped_dropped']} (left out of the 2x2); "
+             f"only one side has the kernel: {res['only_theirs']} KernelBench-only, {res['only_ours']} replica-only."]
+    render_table(agreement_rows(res["cells_their_vs_our_replica"]), AGREEMENT_COLUMNS,
+                 f"KernelBench's own check ({'+'.join(res['theirs'])}, run unmodified) vs our {replica} replica "
+                 f"on the {corpus} corpus.", f"tab:{stem}", tables_dir / f"{stem}.md", tables_dir / f"{stem}.tex",
+                 notes=notes)
+    from lethe.kernelbench.real import DISAGREEMENT_CLASSES
+
+    # the classifier's rule order (JSON keys are sorted), then any class an older file names
+    order = [c for c in DISAGREEMENT_CLASSES if c in res["classes"]] + \
+        sorted(c for c in res["classes"] if c not in DISAGREEMENT_CLASSES)
+    rows = [{"class": c, "kernels": res["classes"][c], "definition": res["class_definitions"].get(c, "")}
+            for c in order]
+    rows.append({"class": "all disagreements", "kernels": sum(res["classes"].values()),
+                 "definition": "off-diagonal cells plus kernels only one side left without a verdict"})
+    render_table(rows, CLASS_COLUMNS,
+                 f"Every disagreement between KernelBench's own check and the {replica} replica on the {corpus} "
+                 f"corpus, by class (first matching rule).", f"tab:{stem}-classes",
+                 tables_dir / f"{stem}_classes.md", tables_dir / f"{stem}_classes.tex",
+                 notes=[f"tolerance_edge uses a factor of {res['edge_factor']:g} on atol; "
+                        f"repeat runs used: {res['repeat_runs']}."])
+    return [tables_dir / f"{stem}{s}" for s in (".md", ".tex", "_classes.md", "_classes.tex")]
