@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     if "latency" not in skip:
         step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
                               "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda", "10",
-                              "--n-torch", "10", "--n-phases", "5", "--n-kb", "5", "--build-workers",
+                              "--n-torch", "10", "--n-phases", "3", "--n-kb", "3", "--build-workers",
                               str(a.build_workers)])
     audit = [py, "-m", "lethe.cli", "audit", str(lb), "--kernelbench", a.kb, "--profiles", PROFILES, "--workers",
              str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus", "leaderboard",
