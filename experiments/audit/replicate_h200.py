@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -67,6 +68,41 @@ def build_map(items: list[dict], path: Path) -> None:
                                 for it in items if it.get("candidate")}, indent=0, sort_keys=True))
 
 
+def mixed_run(lb: Path, kb: str, out: Path, n_cuda: int, n_self: int) -> dict:
+    """A KernelBench run folder mixing the first ``n_cuda`` leaderboard kernels of levels 1-2 (by SHA-256 of
+    id, the order the latency benchmark samples in), every hand-written trusted kernel (sample 100) and the
+    reference's own code as a candidate for ``n_self`` of those problems (sample 200): CUDA, Triton and PyTorch
+    candidates that both judges see as the same pairs. Returns {id: origin}."""
+    import hashlib
+    import shutil
+
+    from lethe.audit.batch import discover
+    from lethe.trusted.corpus import hand_kernels, self_candidate
+
+    out.mkdir(parents=True, exist_ok=True)
+    origin = {}
+    lbi = [it for it in discover(str(lb), kernelbench=kb) if it.get("candidate") and it["level"] in (1, 2)]
+    for it in sorted(lbi, key=lambda it: hashlib.sha256(it["id"].encode()).hexdigest())[:n_cuda]:
+        shutil.copy(it["cand_path"], out / Path(it["cand_path"]).name)
+        origin[it["id"]] = "leaderboard"
+    probs = []
+    for k in hand_kernels():
+        m = re.match(r"level(\d+)/(\d+)_", k["problem"])
+        level, problem = int(m.group(1)), int(m.group(2))
+        kid = f"level_{level}_problem_{problem}_sample_100"
+        if kid in origin:
+            continue
+        (out / f"{kid}_kernel.py").write_text(k["candidate"], encoding="utf-8")
+        origin[kid] = "hand-triton" if k["triton"] else "hand-pytorch"
+        probs.append((level, problem, Path(kb) / "KernelBench" / k["problem"]))
+    for level, problem, ref in sorted(set(probs))[:n_self]:
+        kid = f"level_{level}_problem_{problem}_sample_200"
+        (out / f"{kid}_kernel.py").write_text(self_candidate(ref.read_text(encoding="utf-8")), encoding="utf-8")
+        origin[kid] = "self"
+    (out / "origin.json").write_text(json.dumps(origin, indent=0, sort_keys=True))
+    return origin
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
@@ -78,6 +114,10 @@ def main(argv=None) -> int:
     ap.add_argument("--kill-after", type=float, default=120.0, help="first audit attempt is SIGKILLed after this")
     ap.add_argument("--sakana", default="", help="the second corpus's subset.jsonl (skipped when empty)")
     ap.add_argument("--trusted-s", type=float, default=240.0, help="wall budget of the trusted corpus's H200 column")
+    ap.add_argument("--subset", type=int, default=0, help="audit a mixed folder with this many leaderboard kernels")
+    ap.add_argument("--n-self", type=int, default=10, help="reference-as-candidate kernels in the mixed folder")
+    ap.add_argument("--lat-n", type=int, default=10, help="latency benchmark: kernels of each kind")
+    ap.add_argument("--lat-steps", default="build,cold,warm,phases,kb,batch")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip")
     ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
     a = ap.parse_args(argv)
@@ -90,31 +130,43 @@ def main(argv=None) -> int:
     lb = run / "lb"
     step(run, "materialise", [py, "-m", "lethe.corpora.leaderboard", "materialise", "--out", str(lb), "--raw", a.raw,
                               "--kb", a.kb])
-    if "latency" not in skip:
-        step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
-                              "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda", "10",
-                              "--n-torch", "10", "--n-phases", "3", "--n-kb", "3", "--build-workers",
-                              str(a.build_workers)])
-    audit = [py, "-m", "lethe.cli", "audit", str(lb), "--kernelbench", a.kb, "--profiles", PROFILES, "--workers",
-             str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus", "leaderboard",
-             "--out", str(run / "out" / "audit-leaderboard"), "--quiet"]
-    if "audit" not in skip:
+    target = lb
+    if a.subset:
+        target = run / "mixed"
+        if "mixed" not in _state(run):
+            origin = mixed_run(lb, a.kb, target, a.subset, a.n_self)
+            state = _state(run)
+            state["mixed"] = {"rc": 0, "kernels": len(origin)}
+            _save(run, state)
+    audit = [py, "-m", "lethe.cli", "audit", str(target), "--kernelbench", a.kb, "--profiles", PROFILES,
+             "--workers", str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus",
+             "leaderboard" if not a.subset else "mixed", "--out", str(run / "out" / "audit"), "--quiet"]
+    from lethe.audit.batch import discover
+
+    build_map(discover(str(target), kernelbench=a.kb), run / "buildmap.json")
+
+    def kernelbench(impl: str) -> None:
+        if f"kb_{impl}" not in skip:
+            step(run, f"kb_{impl}", [py, "-m", "lethe.kernelbench.real", "judge", str(target), "--checkout", a.kb,
+                                     "--impl", impl, "--out", str(run / "out" / f"kb-{impl}"), "--workers",
+                                     str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
+
+    if "build" not in skip:
         step(run, "build", audit + ["--build-only"])
+    kernelbench("real")
+    if "audit" not in skip:
         audit[audit.index("--build-workers") + 1] = "0"
         # The resume test: the first attempt is killed with SIGKILL mid-run; the same command then finishes it.
         if "audit_killed" not in _state(run):
             step(run, "audit_killed", audit, timeout_s=a.kill_after)
         step(run, "audit", audit)
-    from lethe.audit.batch import discover
-
-    items = discover(str(lb), kernelbench=a.kb)
-    build_map(items, run / "buildmap.json")
-    for impl in ("real", "replica-paper", "replica-hardened"):
-        if f"kb_{impl}" in skip:
-            continue
-        step(run, f"kb_{impl}", [py, "-m", "lethe.kernelbench.real", "judge", str(lb), "--checkout", a.kb,
-                                 "--impl", impl, "--out", str(run / "out" / f"kb-{impl}"), "--workers",
-                                 str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
+    if "latency" not in skip:
+        step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
+                              "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda",
+                              str(a.lat_n), "--n-torch", str(a.lat_n), "--n-phases", "3", "--n-kb", "3",
+                              "--build-workers", str(a.build_workers), "--steps", a.lat_steps])
+    kernelbench("replica-paper")
+    kernelbench("replica-hardened")
     if "sakana" not in skip and a.sakana:
         sk = run / "sakana"
         step(run, "sakana_materialise", [py, "-m", "lethe.corpora.sakana", "materialise", a.sakana, str(sk)])
