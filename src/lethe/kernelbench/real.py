@@ -468,11 +468,36 @@ def _worker_setup(spec: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         mod = sys.modules.get(name)
         info[name] = getattr(mod, "__version__", None) if mod else None
     info["torch_cuda"] = torch.version.cuda
+    info["build_env"] = {k: os.environ.get(k) for k in BUILD_ENV}
+    info["nvcc"] = _nvcc_version()
     info["cuda_available"] = bool(torch.cuda.is_available())
     from lethe.kernelbench import check as kb
 
     info["trial_seeds"] = kb.trial_seeds(SEED, NUM_CORRECT_TRIALS)
     return fn, info
+
+
+#: Environment that decides how load_inline builds (and so whether a prebuilt directory is up to date).
+BUILD_ENV = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CXX", "CC", "MAX_JOBS", "CUDA_VISIBLE_DEVICES")
+
+
+def _nvcc_version() -> str | None:
+    """Last line of ``nvcc --version`` of the toolkit load_inline uses, or None without one."""
+    import subprocess
+
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    except Exception:  # noqa: BLE001 - a torch without the extension module
+        return None
+    if not CUDA_HOME:
+        return None
+    try:
+        out = subprocess.run([os.path.join(CUDA_HOME, "bin", "nvcc"), "--version"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [x for x in out.stdout.splitlines() if x.strip()]
+    return lines[-1] if lines else None
 
 
 def _device(spec: Mapping[str, Any]) -> Any:
@@ -837,7 +862,7 @@ def gather(items: list[dict[str, Any]], out: Path, work: Path, *, impl: str, che
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     workers = {}
     for key in ("gpu", "driver", "capability", "cuda_runtime", "torch", "torch_cuda", "python", "pydantic",
-                "pydantic_core", "eval_module", "trial_seeds"):
+                "pydantic_core", "eval_module", "trial_seeds", "build_env", "nvcc"):
         vals = sorted({json.dumps(i.get(key)) for i in infos})
         workers[key] = [json.loads(v) for v in vals]
     stand_ins = sorted({s for i in infos for s in i.get("stand_ins", [])})
