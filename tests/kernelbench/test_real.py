@@ -324,6 +324,17 @@ def test_resume_after_kill_9(fake):
     assert len(entries) == n and len({e["row"]["id"] for e in entries}) == n
 
 
+def test_stop_after_leaves_the_rest_for_a_later_call(fake):
+    """Past the stop time no kernel starts (a worker takes longer than this to start); the next call resumes."""
+    run_dir = make_run(fake["tmp"], {p: cand(f"k{p}") for p in range(1, 7)})
+    out = fake["tmp"] / "out"
+    s = judge(fake, run_dir, out, stop_after_s=0.01)
+    assert s["rows"] == 0 and s["missing"] == 6 and calls(fake["log"]) == []
+    s = judge(fake, run_dir, out)
+    assert s["rows"] == 6 and s["missing"] == 0
+    assert len(calls(fake["log"])) == 6
+
+
 def test_setup_error_is_reported(fake):
     (fake["kb"] / "src" / "eval.py").write_text("raise ImportError('No module named pydantic')\n")
     run_dir = make_run(fake["tmp"], {1: cand("a")})

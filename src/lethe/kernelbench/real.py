@@ -468,11 +468,36 @@ def _worker_setup(spec: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         mod = sys.modules.get(name)
         info[name] = getattr(mod, "__version__", None) if mod else None
     info["torch_cuda"] = torch.version.cuda
+    info["build_env"] = {k: os.environ.get(k) for k in BUILD_ENV}
+    info["nvcc"] = _nvcc_version()
     info["cuda_available"] = bool(torch.cuda.is_available())
     from lethe.kernelbench import check as kb
 
     info["trial_seeds"] = kb.trial_seeds(SEED, NUM_CORRECT_TRIALS)
     return fn, info
+
+
+#: Environment that decides how load_inline builds (and so whether a prebuilt directory is up to date).
+BUILD_ENV = ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CXX", "CC", "MAX_JOBS", "CUDA_VISIBLE_DEVICES")
+
+
+def _nvcc_version() -> str | None:
+    """Last line of ``nvcc --version`` of the toolkit load_inline uses, or None without one."""
+    import subprocess
+
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+    except Exception:  # noqa: BLE001 - a torch without the extension module
+        return None
+    if not CUDA_HOME:
+        return None
+    try:
+        out = subprocess.run([os.path.join(CUDA_HOME, "bin", "nvcc"), "--version"], capture_output=True, text=True,
+                             timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    lines = [x for x in out.stdout.splitlines() if x.strip()]
+    return lines[-1] if lines else None
 
 
 def _device(spec: Mapping[str, Any]) -> Any:
@@ -618,14 +643,16 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
         extra_paths: Sequence[str] = (), ids: Iterable[str] | None = None, stand_ins: bool = True,
         startup_timeout_s: float = 900.0, progress: bool = True,
         work: str | os.PathLike[str] | None = None,
-        build_root: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+        build_root: str | os.PathLike[str] | None = None, stop_after_s: float = 0.0) -> dict[str, Any]:
     """Judge every kernel of ``run_dir`` that has no current row; then write the outputs. Returns the summary.
 
     ``work`` (default ``OUT/work``) holds the checkpoint, the per-sample build directories, worker logs and
     scratch folders: large and machine-specific, so a workflow keeps it outside ``results/``. ``build_root``
     (default ``WORK/build``) holds one build directory per kernel (``<build_root>/<id>``) where the build-dir map
     names none; runs of several implementations given the same ``build_root`` build each extension once (same
-    sources, flags and environment: ninja finds the second one up to date).
+    sources, flags and environment: ninja finds the second one up to date). ``stop_after_s`` > 0: no kernel is
+    started after that many seconds; those in flight finish, the outputs cover what is judged, a later call
+    resumes.
     """
     import multiprocessing as mp
 
@@ -676,6 +703,7 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
                           kernels_per_worker=kernels_per_worker, extra_paths=list(extra_paths), stand_ins=stand_ins,
                           startup_timeout_s=startup_timeout_s, progress=progress, n_total=n_total,
                           build_root=Path(build_root).resolve() if build_root else work / "build",
+                          stop_at=time.monotonic() + stop_after_s if stop_after_s and stop_after_s > 0 else None,
                           n_done0=n_total - len(pending), ctx=mp.get_context("spawn"))
     summary = gather(items, out, work, impl=impl, checkout=checkout, infos=infos, settings={
         "impl": impl, "run_dir": str(run_dir), "problems": str(problems), "problem_base": problem_base,
@@ -691,7 +719,7 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
 
 def _pool(pending: list[dict[str, Any]], ckpt, *, impl, checkout, workers, gpus, timeout_s, bdmap, work, device,
           kernels_per_worker, extra_paths, stand_ins, startup_timeout_s, progress, n_total, n_done0, ctx,
-          build_root: Path) -> list[dict[str, Any]]:
+          build_root: Path, stop_at: float | None = None) -> list[dict[str, Any]]:
     from multiprocessing.connection import wait
 
     spec = {"impl": impl, "checkout": str(checkout) if checkout else None, "device": device,
@@ -720,6 +748,9 @@ def _pool(pending: list[dict[str, Any]], ckpt, *, impl, checkout, workers, gpus,
 
     try:
         while queue or any(w.job is not None for w in pool):
+            if stop_at is not None and queue and time.monotonic() > stop_at:
+                _progress(progress, f"stop-after reached: {len(queue)} kernels left for a later call")
+                queue.clear()
             for w in pool:
                 if w.ready and w.job is None and queue:
                     if kernels_per_worker and w.served >= kernels_per_worker:
@@ -831,7 +862,7 @@ def gather(items: list[dict[str, Any]], out: Path, work: Path, *, impl: str, che
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     workers = {}
     for key in ("gpu", "driver", "capability", "cuda_runtime", "torch", "torch_cuda", "python", "pydantic",
-                "pydantic_core", "eval_module", "trial_seeds"):
+                "pydantic_core", "eval_module", "trial_seeds", "build_env", "nvcc"):
         vals = sorted({json.dumps(i.get(key)) for i in infos})
         workers[key] = [json.loads(v) for v in vals]
     stand_ins = sorted({s for i in infos for s in i.get("stand_ins", [])})
@@ -988,6 +1019,8 @@ def main(argv: list[str] | None = None) -> int:
     j.add_argument("--extra-path", action="append", default=[], help="prepended to the workers' sys.path")
     j.add_argument("--ids", default=None, help="file of ids (one a line): judge only these")
     j.add_argument("--no-stand-ins", action="store_true")
+    j.add_argument("--stop-after", type=float, default=0.0,
+                   help="start no kernel after this many seconds (0: run to the end); a later call resumes")
     j.add_argument("--quiet", action="store_true")
     a = sub.add_parser("agree", help="real-vs-replica agreement with every disagreement classified")
     a.add_argument("--theirs", required=True, help="run folder or rows.jsonl of KernelBench's own check")
@@ -1010,7 +1043,7 @@ def main(argv: list[str] | None = None) -> int:
                 gpus=[g for g in args.gpus.split(",") if g] or None, timeout_s=args.timeout,
                 build_dir_map=args.build_dir_map, device=args.device, kernels_per_worker=args.kernels_per_worker,
                 extra_paths=args.extra_path, ids=ids, stand_ins=not args.no_stand_ins, progress=not args.quiet,
-                work=args.work, build_root=args.build_root)
+                work=args.work, build_root=args.build_root, stop_after_s=args.stop_after)
     except SetupError as e:
         print(f"kernelbench-real: {e}", file=sys.stderr)
         return 2
