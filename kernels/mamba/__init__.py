@@ -1,0 +1,17 @@
+"""The Mamba arm (issue 26): the selective scan and the fused block, each op in its own folder beside its float64
+reference, with one chooser per op (docs/mamba.md).
+
+* C1 :func:`forward_chunked_scan`, C2 :func:`backward_selective_scan`, and :func:`selective_scan` (both wired into
+  one autograd.Function);
+* C5 :func:`fused_block_forward`, C6 :func:`fused_block_backward`, and :func:`fused_block` (autograd).
+
+Each chooser has the name of its folder; importing it here binds the name to the function, not the sub-package
+(the sub-packages stay importable by their full dotted path). Triton is imported only when a Triton path runs.
+"""
+
+from ._common import BACKENDS, MambaShapeError
+from .autograd import selective_scan  # noqa: I001 - first: it loads the op sub-packages the lines below rebind
+from .backward_selective_scan import backward_selective_scan
+from .forward_chunked_scan import forward_chunked_scan
+
+__all__ = ["BACKENDS", "MambaShapeError", "backward_selective_scan", "forward_chunked_scan", "selective_scan"]

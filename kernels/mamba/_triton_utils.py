@@ -1,0 +1,22 @@
+"""Triton helpers the Mamba kernels share."""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def round_to(x, dtype: tl.constexpr):
+    """float32 ``x`` rounded to ``dtype`` to nearest, ties to even, on every backend.
+
+    A plain ``x.to(tl.bfloat16)`` rounds to nearest on the GPU but truncates under Triton 3.6's CPU interpreter
+    (measured: stores one bf16 ulp off where round-to-nearest is half an ulp), so a tolerance derived for a rounded
+    result would not hold there. For bf16 the rounding is done on the bits -- add half an ulp (minus one on an
+    even mantissa), clear the low 16 bits -- after which the conversion is exact under either behaviour; NaNs are
+    passed through untouched (the bit trick could carry a NaN's payload into an infinity)."""
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        r = bits.to(tl.float32, bitcast=True)
+        return tl.where(x != x, x, r).to(dtype)
+    else:
+        return x.to(dtype)

@@ -1,0 +1,43 @@
+"""autograd.Function wiring of the forward/backward pairs: C1 + C2 as :func:`selective_scan`, C5 + C6 as
+:func:`fused_block`. The forward saves the float32 chunk checkpoints; the backward restarts from them."""
+
+from __future__ import annotations
+
+import torch
+
+from ._common import check_scan, resolve_backend
+from .backward_selective_scan import backward_selective_scan
+from .forward_chunked_scan import forward_chunked_scan
+
+
+class SelectiveScanFunction(torch.autograd.Function):
+    """y = selective_scan(u, delta, A, B, C, D) with the chunked forward (C1) and the explicit backward (C2)."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, chunk, backend, num_warps, block_d):
+        y, ckpt, _ = forward_chunked_scan(u, delta, A, B, C, D, chunk=chunk, backend=backend, num_warps=num_warps,
+                                          block_d=block_d, return_checkpoints=True)
+        ctx.save_for_backward(u, delta, A, B, C, D, ckpt)
+        ctx.cfg = (chunk, backend, num_warps, block_d)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        u, delta, A, B, C, D, ckpt = ctx.saved_tensors
+        chunk, backend, num_warps, block_d = ctx.cfg
+        grads = backward_selective_scan(u, delta, A, B, C, D, dy, chunk=chunk, checkpoints=ckpt, backend=backend,
+                                        num_warps=num_warps, block_d=block_d)
+        return (*grads, None, None, None, None)
+
+
+def selective_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: str = "auto", num_warps: int = 4,
+                   block_d: int | None = None):
+    """The differentiable selective scan: y ``[batch, L, d_model]`` in u's dtype; gradients reach u, delta, A, B, C
+    and D. ``backend="reference"`` is the float64 oracle itself (differentiated by autograd)."""
+    check_scan(u, delta, A, B, C, D, "selective_scan")
+    backend = resolve_backend(backend, u)
+    if backend == "reference":
+        from .forward_chunked_scan.reference import selective_scan_ref
+
+        return selective_scan_ref(u, delta, A, B, C, D)
+    return SelectiveScanFunction.apply(u, delta, A, B, C, D, chunk, backend, num_warps, block_d)
