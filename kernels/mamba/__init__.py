@@ -10,8 +10,11 @@ Each chooser has the name of its folder; importing it here binds the name to the
 """
 
 from ._common import BACKENDS, MambaShapeError
-from .autograd import selective_scan  # noqa: I001 - first: it loads the op sub-packages the lines below rebind
+from .autograd import fused_block, selective_scan  # noqa: I001 - first: it loads the op sub-packages the lines below rebind
 from .backward_selective_scan import backward_selective_scan
 from .forward_chunked_scan import forward_chunked_scan
+from .fused_block_backward import fused_block_backward
+from .fused_block_forward import fused_block_forward
 
-__all__ = ["BACKENDS", "MambaShapeError", "backward_selective_scan", "forward_chunked_scan", "selective_scan"]
+__all__ = ["BACKENDS", "MambaShapeError", "backward_selective_scan", "forward_chunked_scan", "fused_block",
+           "fused_block_backward", "fused_block_forward", "selective_scan"]

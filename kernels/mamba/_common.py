@@ -12,8 +12,8 @@ import os
 import torch
 
 BACKENDS = ("auto", "reference", "torch", "triton")
-# what the Triton kernels read; they compute in float32 whatever they load
-TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+# what the Triton kernels read; they compute in float32 (float64 for float64 inputs)
+TRITON_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
 
 class MambaShapeError(ValueError):
@@ -28,8 +28,7 @@ def resolve_backend(backend: str, x: torch.Tensor) -> str:
     if backend == "auto":
         return "triton" if (x.is_cuda or os.environ.get("TRITON_INTERPRET") == "1") else "torch"
     if backend == "triton" and x.dtype not in TRITON_DTYPES:
-        raise TypeError(f"the Triton path takes {[str(d) for d in TRITON_DTYPES]}, got {x.dtype}; "
-                        "use backend='torch' or 'reference' for float64")
+        raise TypeError(f"the Triton path takes {[str(d) for d in TRITON_DTYPES]}, got {x.dtype}")
     return backend
 
 

@@ -1,7 +1,19 @@
 """Triton helpers the Mamba kernels share."""
 
+import torch
 import triton
 import triton.language as tl
+
+
+def accum_dtype(x: torch.Tensor) -> torch.dtype:
+    """The kernels' arithmetic (and saved-state) dtype: float64 for float64 inputs -- the kernels then run the
+    same code in double precision, which is how their algebra is checked against the oracle to float64
+    accuracy -- float32 for everything narrower."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def tl_dtype(dtype: torch.dtype):
+    return {torch.float64: tl.float64, torch.float32: tl.float32}[dtype]
 
 
 @triton.jit

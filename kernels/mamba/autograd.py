@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import torch
 
-from ._common import check_scan, resolve_backend
+from ._common import check_block, check_scan, resolve_backend
 from .backward_selective_scan import backward_selective_scan
 from .forward_chunked_scan import forward_chunked_scan
+from .fused_block_backward import fused_block_backward
+from .fused_block_forward import fused_block_forward
 
 
 class SelectiveScanFunction(torch.autograd.Function):
@@ -41,3 +43,41 @@ def selective_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: str = "a
 
         return selective_scan_ref(u, delta, A, B, C, D)
     return SelectiveScanFunction.apply(u, delta, A, B, C, D, chunk, backend, num_warps, block_d)
+
+
+class FusedBlockFunction(torch.autograd.Function):
+    """out = fused_block(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight) with C5 forward and C6 backward;
+    the forward's pre-norm y, rstd and scan checkpoints are kept for the backward."""
+
+    @staticmethod
+    def forward(ctx, x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps, chunk, backend, num_warps,
+                block_d):
+        out, saved = fused_block_forward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps=eps,
+                                         chunk=chunk, backend=backend, num_warps=num_warps, block_d=block_d,
+                                         return_saved=True)
+        ctx.save_for_backward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight)
+        ctx.saved = saved
+        ctx.cfg = (eps, chunk, backend, num_warps, block_d)
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        eps, chunk, backend, num_warps, block_d = ctx.cfg
+        grads = fused_block_backward(*ctx.saved_tensors, dout, eps=eps, chunk=chunk, saved=ctx.saved,
+                                     backend=backend, num_warps=num_warps, block_d=block_d)
+        ctx.saved = None
+        return (*grads, None, None, None, None, None)
+
+
+def fused_block(x, conv_weight, conv_bias, delta, A, B, C, D=None, norm_weight=None, eps: float = 1e-6,
+                chunk: int = 64, backend: str = "auto", num_warps: int = 4, block_d: int | None = None):
+    """The differentiable fused block (conv1d, SiLU, selective scan, RMSNorm); out ``[batch, L, d_model]`` in x's
+    dtype. ``backend="reference"`` is the float64 oracle itself."""
+    check_block(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, "fused_block")
+    backend = resolve_backend(backend, x)
+    if backend == "reference":
+        from .fused_block_forward.reference import fused_block_ref
+
+        return fused_block_ref(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps)
+    return FusedBlockFunction.apply(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps, chunk, backend,
+                                    num_warps, block_d)

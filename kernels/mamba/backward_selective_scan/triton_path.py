@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton_utils import round_to
+from .._triton_utils import accum_dtype, round_to, tl_dtype
 from ..forward_chunked_scan.triton_path import block_sizes
 
 
@@ -26,7 +26,7 @@ from ..forward_chunked_scan.triton_path import block_sizes
 def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr, scratch_ptr,
                     du_ptr, ddt_ptr, dA_ptr, dD_ptr, dB_ptr, dC_ptr, L, DM, N,
                     N_CHUNKS: tl.constexpr, HAS_D: tl.constexpr, CHUNK: tl.constexpr,
-                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CD: tl.constexpr):
     pid_b = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1)
     n_dblk = tl.num_programs(1)
@@ -38,14 +38,14 @@ def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr,
     dn = offs_d[:, None] * N + offs_n[None, :]
     tile = tl.arange(0, BLOCK_D)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     scratch = scratch_ptr + (pid_b * n_dblk + pid_d) * CHUNK * BLOCK_D * BLOCK_N
-    a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
     if HAS_D:
-        dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(tl.float32)
+        dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(CD)
     row = pid_b * L
     part = (pid_b * n_dblk + pid_d) * L  # first row of this program's dB / dC partials
-    G = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
-    dA = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
-    dD = tl.zeros([BLOCK_D], dtype=tl.float32)
+    G = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
+    dA = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
+    dD = tl.zeros([BLOCK_D], dtype=CD)
     for cc in range(0, N_CHUNKS):
         c = N_CHUNKS - 1 - cc
         h0 = tl.load(ckpt_ptr + (pid_b * N_CHUNKS + c) * DM * N + dn, mask=m2, other=0.0)
@@ -53,9 +53,9 @@ def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr,
         for i in range(0, CHUNK):
             t = c * CHUNK + i
             ok = t < L
-            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=md & ok, other=0.0).to(tl.float32)
-            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=md & ok, other=0.0).to(tl.float32)
-            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(tl.float32)
+            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=md & ok, other=0.0).to(CD)
+            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=md & ok, other=0.0).to(CD)
+            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
             h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
             tl.store(scratch + i * BLOCK_D * BLOCK_N + tile, h)
         tl.debug_barrier()
@@ -64,11 +64,11 @@ def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr,
             t = c * CHUNK + i
             ok = t < L
             mt = md & ok
-            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(tl.float32)
-            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(tl.float32)
-            dy_t = tl.load(dy_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(tl.float32)
-            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(tl.float32)
-            c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(tl.float32)
+            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            dy_t = tl.load(dy_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+            c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
             h = tl.load(scratch + i * BLOCK_D * BLOCK_N + tile)
             hp = tl.load(scratch + (i - 1) * BLOCK_D * BLOCK_N + tile, mask=(tile >= 0) & (i > 0), other=0.0)
             hp = tl.where(i > 0, hp, h0)
@@ -105,15 +105,15 @@ def scan_bwd(u, delta, A, B, C, D, dy, ckpt, chunk: int, num_warps: int = 4, blo
         raise ValueError(f"checkpoints for {n_chunks} chunks, but L={L} at chunk={chunk} needs {-(-L // chunk)}")
     bd, bn = block_sizes(d, n, block_d)
     n_dblk = triton.cdiv(d, bd)
-    f32 = dict(dtype=torch.float32, device=u.device)
-    scratch = torch.empty(b * n_dblk * chunk * bd * bn, **f32)
+    acc = dict(dtype=accum_dtype(u), device=u.device)
+    scratch = torch.empty(b * n_dblk * chunk * bd * bn, **acc)
     du, ddt = torch.empty_like(u), torch.empty_like(delta)
-    dA_p = torch.empty(b, d, n, **f32)
-    dD_p = torch.empty(b, d, **f32) if D is not None else dA_p
-    dB_p = torch.empty(b, n_dblk, L, n, **f32)
-    dC_p = torch.empty(b, n_dblk, L, n, **f32)
+    dA_p = torch.empty(b, d, n, **acc)
+    dD_p = torch.empty(b, d, **acc) if D is not None else dA_p
+    dB_p = torch.empty(b, n_dblk, L, n, **acc)
+    dC_p = torch.empty(b, n_dblk, L, n, **acc)
     scan_bwd_kernel[(b, n_dblk)](u, delta, A, B, C, D if D is not None else u, dy, ckpt.contiguous(), scratch,
                                  du, ddt, dA_p, dD_p, dB_p, dC_p, L, d, n, N_CHUNKS=n_chunks, HAS_D=D is not None,
-                                 CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, num_warps=num_warps)
+                                 CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, CD=tl_dtype(accum_dtype(u)), num_warps=num_warps)
     dD = dD_p.sum(0).to(D.dtype) if D is not None else None
     return du, ddt, dA_p.sum(0).to(A.dtype), dB_p.sum(1).to(B.dtype), dC_p.sum(1).to(C.dtype), dD

@@ -4,8 +4,8 @@ and state, so it never reaches the MMA lowering behind state-spaces/mamba#904).
 Grid ``(batch, ceil(d_model / BLOCK_D))``. Each program holds the state ``h[BLOCK_D, BLOCK_N]`` in float32
 registers and walks time in chunks of ``CHUNK`` steps: at a chunk's start it stores h (the checkpoint the backward
 restarts from), then runs the chunk's steps, a step past the sequence's end masked out (so any L works, and any
-d_model / N through the channel and state masks). Inputs are loaded in their own dtype and widened to float32;
-y is stored in u's dtype.
+d_model / N through the channel and state masks). Inputs are loaded in their own dtype and widened to float32 (float64
+inputs: float64 throughout); y is stored in u's dtype.
 
 The chunk count is a compile-time constant: Triton 3.6's interpreter cannot take a runtime loop bound (numpy 2
 hands it a one-element array), and the CPU tests run there. A new chunk count compiles a new binary.
@@ -17,13 +17,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton_utils import round_to
+from .._triton_utils import accum_dtype, round_to, tl_dtype
 
 
 @triton.jit
 def scan_fwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, y_ptr, ckpt_ptr, hlast_ptr, L, DM, N,
                     N_CHUNKS: tl.constexpr,
-                    HAS_D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr):
+                    HAS_D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CD: tl.constexpr):
     pid_b = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1)
     offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -32,10 +33,10 @@ def scan_fwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, y_ptr, ckpt_ptr, 
     mn = offs_n < N
     m2 = md[:, None] & mn[None, :]
     dn = offs_d[:, None] * N + offs_n[None, :]
-    a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(tl.float32)
+    a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
     if HAS_D:
-        dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(tl.float32)
-    h = tl.zeros([BLOCK_D, BLOCK_N], dtype=tl.float32)
+        dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(CD)
+    h = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
     row = pid_b * L  # first time row of this batch element
     for c in range(0, N_CHUNKS):
         tl.store(ckpt_ptr + (pid_b * N_CHUNKS + c) * DM * N + dn, h, mask=m2)
@@ -43,10 +44,10 @@ def scan_fwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, y_ptr, ckpt_ptr, 
             t = c * CHUNK + i
             ok = t < L
             mt = md & ok
-            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(tl.float32)
-            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(tl.float32)
-            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(tl.float32)
-            c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(tl.float32)
+            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+            c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
             # a masked step has dt = 0 and B = 0: exp(0) * h + 0 leaves h as it was
             h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
             y_t = tl.sum(h * c_t[None, :], axis=1)
@@ -66,7 +67,8 @@ def block_sizes(d_model: int, n: int, block_d: int | None = None) -> tuple[int, 
 
 
 def scan_fwd(u, delta, A, B, C, D, chunk: int, num_warps: int = 4, block_d: int | None = None):
-    """Returns ``(y in u's dtype, checkpoints [batch, n_chunks, d_model, N] float32, final state float32)``."""
+    """Returns ``(y in u's dtype, checkpoints [batch, n_chunks, d_model, N], final state)``, states in
+    accum_dtype(u)``."""
     b, L, d = u.shape
     n = A.shape[1]
     u, delta, A, B, C = (x.contiguous() for x in (u, delta, A, B, C))
@@ -74,9 +76,10 @@ def scan_fwd(u, delta, A, B, C, D, chunk: int, num_warps: int = 4, block_d: int 
     n_chunks = -(-L // chunk)
     bd, bn = block_sizes(d, n, block_d)
     y = torch.empty_like(u)
-    ckpt = u.new_empty(b, n_chunks, d, n, dtype=torch.float32)
-    hlast = u.new_empty(b, d, n, dtype=torch.float32)
+    ckpt = u.new_empty(b, n_chunks, d, n, dtype=accum_dtype(u))
+    hlast = u.new_empty(b, d, n, dtype=accum_dtype(u))
     grid = (b, triton.cdiv(d, bd))
     scan_fwd_kernel[grid](u, delta, A, B, C, D if D is not None else u, y, ckpt, hlast, L, d, n, n_chunks,
-                          HAS_D=D is not None, CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, num_warps=num_warps)
+                          HAS_D=D is not None, CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, CD=tl_dtype(accum_dtype(u)),
+                          num_warps=num_warps)
     return y, ckpt, hlast

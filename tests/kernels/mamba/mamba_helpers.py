@@ -60,3 +60,39 @@ def assert_within(name, got, ref, bound):
     ratio = float((err / bound.clamp_min(1e-300)).max())
     assert bool((err <= bound).all()), f"{name}: error exceeds the bound by x{ratio:.3g} (max err {float(err.max()):.3e})"
     return ratio
+
+
+def make_block_inputs(b=2, L=9, d=5, n=3, k=4, dtype=torch.float64, seed=0, coherent=False, with_bias=True,
+                      with_d=True, with_norm=True):
+    """x [b, L + k - 1, d], conv weight [d, k], conv bias, delta, A, B, C, D, norm weight for the fused block.
+
+    ``coherent=True`` takes x, the conv weight and bias, B, C and D non-negative, so that p, v and y are too: no
+    cancellation in the forward, the magnitude bounds are then close to the values themselves and the tests
+    sensitive to small relative errors. The default (signed) draws test the rigorous, looser bound."""
+    u, delta, A, B, C, D = make_scan_inputs(b, L, d, n, seed=seed, with_d=with_d)
+    gen = torch.Generator().manual_seed(seed + 7)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
+    x = r(b, L + k - 1, d)
+    w = 0.5 * r(d, k)
+    bias = 0.1 * r(d) if with_bias else None
+    nw = 1 + 0.1 * r(d) if with_norm else None
+    if coherent:
+        x, w, B, C = x.abs(), w.abs(), B.abs(), C.abs()
+        bias = None if bias is None else bias.abs()
+        D = None if D is None else D.abs()
+    return tuple(None if t is None else t.to(dtype) for t in (x, w, bias, delta, A, B, C, D, nw))
+
+
+def block_forward_steps(L: int, n: int, d: int, k: int) -> int:
+    """The fused forward's chain: the conv (k products and k adds, the bias: 2k + 1), SiLU (exp, add, divide,
+    taken as 4), the scan (scan_forward_steps), the norm (the d-term mean square, the add of eps, rsqrt as 2 ulp,
+    two products: d + 6)."""
+    return (2 * k + 1) + 4 + scan_forward_steps(L, n) + (d + 6)
+
+
+def block_backward_steps(b: int, L: int, n: int, d: int, k: int) -> int:
+    """The fused backward's chain: the recomputed forward (block_forward_steps), the norm's backward (the d-term
+    s_t, then r^3 and the products: d + 8), the scan's backward (scan_backward_steps; it counts the state
+    recomputation again, harmless), silu' and its product (6), the conv's backward (k taps, 2k + 2), and the
+    sums over batch and time of dw, dc0, dg, dA, dD (b L)."""
+    return block_forward_steps(L, n, d, k) + (d + 8) + scan_backward_steps(L, n, d) + 6 + (2 * k + 2) + b * L

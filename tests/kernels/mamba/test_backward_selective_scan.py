@@ -61,9 +61,9 @@ def test_torch_path_float64_matches_autograd_of_oracle(shape, with_d):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_triton_matches_oracle(shape, dtype):
-    """Triton (float32 arithmetic, inputs and dy in ``dtype``) against autograd through the float64 oracle on the
+    """Triton (float32 arithmetic, inputs and dy in ``dtype``; float64 runs the kernels in float64) against autograd through the float64 oracle on the
     same rounded inputs: |g - g_ref| <= gamma_m(u_fp32) S + u_out |g_ref| per gradient, m from
     scan_backward_steps, u_out the rounding of the stored gradient (0 for float32)."""
     b, L, d, n, chunk, block_d = shape
@@ -72,8 +72,8 @@ def test_triton_matches_oracle(shape, dtype):
     got = backward_selective_scan(*x, dy, chunk=chunk, backend="triton", block_d=block_d)
     ref = selective_scan_grads_ref(*f64(*x, dy))
     mag = selective_scan_grads_magnitude(*f64(*x, dy))
-    g = gamma(scan_backward_steps(L, n, d), UNIT_ROUNDOFF[torch.float32])
-    u_out = 0.0 if dtype == torch.float32 else UNIT_ROUNDOFF[dtype]
+    g = gamma(scan_backward_steps(L, n, d), UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32])
+    u_out = 0.0 if dtype in (torch.float32, torch.float64) else UNIT_ROUNDOFF[dtype]
     for name, a, r, m, inp in zip(GRAD_NAMES, got, ref, mag, x, strict=True):
         assert a.dtype == inp.dtype and a.shape == inp.shape, name
         assert_within(name, a, r, g * m + u_out * r.abs())

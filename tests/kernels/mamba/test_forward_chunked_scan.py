@@ -74,20 +74,21 @@ def test_torch_path_float64_matches_oracle(shape):
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_triton_matches_oracle(shape, dtype):
-    """Triton (float32 arithmetic on inputs of ``dtype``) against the float64 oracle evaluated on the same
+    """Triton (float32 arithmetic on inputs of ``dtype``; float64 inputs run the same kernels in float64, which checks
+    their algebra to float64 accuracy) against the float64 oracle evaluated on the same
     rounded inputs: |y - y_ref| <= gamma_m(u_fp32) Y + u_out |y_ref|, with m from scan_forward_steps, Y the
     magnitude recurrence, and u_out the rounding of the stored output (0 for float32: the float32 result is the
     value stored)."""
     b, L, d, n, chunk, block_d = shape
     x = make_scan_inputs(b, L, d, n, dtype=dtype)
     y, ckpt, hlast = forward_chunked_scan(*x, chunk=chunk, backend="triton", block_d=block_d, return_checkpoints=True)
-    assert y.dtype == dtype and ckpt.dtype == torch.float32
+    assert y.dtype == dtype and ckpt.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
     yr, ckr, hlr = forward_chunked_scan(*x, chunk=chunk, backend="reference", return_checkpoints=True)
     Y, H = selective_scan_magnitude(*f64(*x))
-    g = gamma(scan_forward_steps(L, n), UNIT_ROUNDOFF[torch.float32])
-    u_out = 0.0 if dtype == torch.float32 else UNIT_ROUNDOFF[dtype]
+    g = gamma(scan_forward_steps(L, n), UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32])
+    u_out = 0.0 if dtype in (torch.float32, torch.float64) else UNIT_ROUNDOFF[dtype]
     assert_within("y", y, yr, g * Y + u_out * yr.abs())
     assert_within("h_last", hlast, hlr, g * H[:, -1])
     before = torch.cat([torch.zeros_like(H[:, :1]), H[:, :-1]], 1)[:, ::chunk]
