@@ -1,9 +1,9 @@
-"""Compile the Mamba Triton kernels (C1, C2, C5, C6) ahead of time for sm_90a and sm_100a on the CPU, at
+"""Compile the Mamba Triton kernels (C1, C2, C4, C5, C6) ahead of time for sm_90a and sm_100a on the CPU, at
 num_warps 2, 4 and 8, and report what each binary asks of the hardware.
 
     python experiments/mamba/triton_aot.py [--shape 8,2048,4096,16] [--dtype float32] [--json results/mamba/aot/triton_aot.json]
 
-How: the four choosers run on CPU tensors inside ``lethe.aot.record_launches(execute=False)`` (their host code
+How: the five choosers run on CPU tensors inside ``lethe.aot.record_launches(execute=False)`` (their host code
 runs, every ``kernel[grid](...)`` is recorded, nothing is launched), each launch is recompiled at each num_warps
 for each target with ``lethe.aot.compile_launch`` exactly as the JIT would specialise it, and
 ``lethe.aot.limits.check`` judges the figures. The kernels use no ``tl.dot``, so they should need no tensor
@@ -34,7 +34,8 @@ SCHEMA = "lethe.mamba.triton_aot/1"
 TARGETS = ("sm_90a", "sm_100a")
 NUM_WARPS = (2, 4, 8)
 OPS = {"scan_fwd_kernel": "C1 forward_chunked_scan", "scan_bwd_kernel": "C2 backward_selective_scan",
-       "block_fwd_kernel": "C5 fused_block_forward", "block_bwd_kernel": "C6 fused_block_backward"}
+       "rope_scan_fwd_kernel": "C4 complex_scan_rope", "block_fwd_kernel": "C5 fused_block_forward",
+       "block_bwd_kernel": "C6 fused_block_backward"}
 
 
 def _mamba():
@@ -49,9 +50,10 @@ def _mamba():
     return m
 
 
-def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtype=torch.float32):
-    """The launches the four choosers make for one shape (recorded, not executed). Tensors are allocated but
-    never read: only their dtype and alignment reach the compiler."""
+def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtype=torch.float32,
+           rope=(32, 64, 128, 64)):
+    """The launches the five choosers make for one shape (C4 at ``rope`` = heads, headdim, n_state, angles),
+    recorded, not executed. Tensors are allocated but never read: only their dtype and alignment reach the compiler."""
     from lethe.aot import record_launches
 
     m = _mamba()
@@ -67,16 +69,19 @@ def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtyp
         m.backward_selective_scan(u, delta, A, B, C, D, dy, chunk=chunk, checkpoints=ckpt, backend="triton")
         m.fused_block_forward(x, w, bias, delta, A, B, C, D, nw, chunk=chunk, backend="triton")
         m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton")
+        H, P, N, S = rope
+        m.complex_scan_rope(e(batch, L, H, P), e(batch, L, H), e(H), e(batch, L, H, N), e(batch, L, H, N),
+                            e(batch, L, H, S), chunk=chunk, backend="triton")
     return list(launches)
 
 
 def run(shape=(8, 2048, 4096, 16), dtype="float32", k: int = 4, chunk: int = 64, targets=TARGETS,
-        num_warps=NUM_WARPS) -> dict:
+        num_warps=NUM_WARPS, rope=(32, 64, 128, 64)) -> dict:
     from lethe.aot import compile_launch
 
     b, L, d, n = shape
     rows = []
-    for rec in record(b, L, d, n, k, chunk, getattr(torch, dtype)):
+    for rec in record(b, L, d, n, k, chunk, getattr(torch, dtype), rope):
         name = rec.jit.fn.__name__
         for target in targets:
             for nw in num_warps:
@@ -88,7 +93,9 @@ def run(shape=(8, 2048, 4096, 16), dtype="float32", k: int = 4, chunk: int = 64,
                              "spill_bytes": rep.spill_bytes, "shared_bytes": rep.shared_bytes,
                              "tmem_columns": rep.tmem_columns, "mma": rep.mma, "violations": rep.violations(),
                              "ptxas": rep.ptxas, "config": rep.config, "compile_s": round(time.time() - t0, 1)})
+    H, P, N, S = rope
     return {"schema": SCHEMA, "shape": dict(batch=b, seq_len=L, d_model=d, n_state=n, conv_k=k, chunk=chunk),
+            "c4_shape": dict(batch=b, seq_len=L, nheads=H, headdim=P, n_state=N, num_angles=S),
             "dtype": dtype, "executed": False,
             "note": "compiled on a CPU host for each target, never run; registers and spills from the bundled "
                     "cuobjdump, shared memory and tensor-memory columns from Triton's compile metadata",
