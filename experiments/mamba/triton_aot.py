@@ -1,9 +1,9 @@
-"""Compile the Mamba Triton kernels (C1, C2, C4, C5, C6) ahead of time for sm_90a and sm_100a on the CPU, at
+"""Compile the Mamba Triton kernels (C1 to C6) ahead of time for sm_90a and sm_100a on the CPU, at
 num_warps 2, 4 and 8, and report what each binary asks of the hardware.
 
     python experiments/mamba/triton_aot.py [--shape 8,2048,4096,16] [--dtype float32] [--json results/mamba/aot/triton_aot.json]
 
-How: the five choosers run on CPU tensors inside ``lethe.aot.record_launches(execute=False)`` (their host code
+How: the six choosers run on CPU tensors inside ``lethe.aot.record_launches(execute=False)`` (their host code
 runs, every ``kernel[grid](...)`` is recorded, nothing is launched), each launch is recompiled at each num_warps
 for each target with ``lethe.aot.compile_launch`` exactly as the JIT would specialise it, and
 ``lethe.aot.limits.check`` judges the figures. The kernels use no ``tl.dot``, so they should need no tensor
@@ -34,6 +34,7 @@ SCHEMA = "lethe.mamba.triton_aot/1"
 TARGETS = ("sm_90a", "sm_100a")
 NUM_WARPS = (2, 4, 8)
 OPS = {"scan_fwd_kernel": "C1 forward_chunked_scan", "scan_bwd_kernel": "C2 backward_selective_scan",
+       "mimo_bwd_kernel": "C3 mimo_backward",
        "rope_scan_fwd_kernel": "C4 complex_scan_rope", "block_fwd_kernel": "C5 fused_block_forward",
        "block_bwd_kernel": "C6 fused_block_backward"}
 
@@ -51,8 +52,9 @@ def _mamba():
 
 
 def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtype=torch.float32,
-           rope=(32, 64, 128, 64)):
-    """The launches the five choosers make for one shape (C4 at ``rope`` = heads, headdim, n_state, angles),
+           rope=(32, 64, 128, 64), rank: int = 2):
+    """The launches the six choosers make for one shape (C3 and C4 at ``rope`` = heads, headdim, n_state,
+    angles; C3 at rank ``rank``),
     recorded, not executed. Tensors are allocated but never read: only their dtype and alignment reach the compiler."""
     from lethe.aot import record_launches
 
@@ -72,16 +74,18 @@ def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtyp
         H, P, N, S = rope
         m.complex_scan_rope(e(batch, L, H, P), e(batch, L, H), e(H), e(batch, L, H, N), e(batch, L, H, N),
                             e(batch, L, H, S), chunk=chunk, backend="triton")
+        m.mimo_backward(e(batch, L, H, P), e(batch, L, H), e(H), e(batch, L, H, rank, N), e(batch, L, H, rank, N),
+                        e(H, rank, P), e(H, rank, P), e(batch, L, H, P), chunk=chunk, backend="triton")
     return list(launches)
 
 
 def run(shape=(8, 2048, 4096, 16), dtype="float32", k: int = 4, chunk: int = 64, targets=TARGETS,
-        num_warps=NUM_WARPS, rope=(32, 64, 128, 64)) -> dict:
+        num_warps=NUM_WARPS, rope=(32, 64, 128, 64), rank: int = 2) -> dict:
     from lethe.aot import compile_launch
 
     b, L, d, n = shape
     rows = []
-    for rec in record(b, L, d, n, k, chunk, getattr(torch, dtype), rope):
+    for rec in record(b, L, d, n, k, chunk, getattr(torch, dtype), rope, rank):
         name = rec.jit.fn.__name__
         for target in targets:
             for nw in num_warps:
@@ -96,6 +100,7 @@ def run(shape=(8, 2048, 4096, 16), dtype="float32", k: int = 4, chunk: int = 64,
     H, P, N, S = rope
     return {"schema": SCHEMA, "shape": dict(batch=b, seq_len=L, d_model=d, n_state=n, conv_k=k, chunk=chunk),
             "c4_shape": dict(batch=b, seq_len=L, nheads=H, headdim=P, n_state=N, num_angles=S),
+            "c3_shape": dict(batch=b, seq_len=L, rank=rank, nheads=H, headdim=P, n_state=N),
             "dtype": dtype, "executed": False,
             "note": "compiled on a CPU host for each target, never run; registers and spills from the bundled "
                     "cuobjdump, shared memory and tensor-memory columns from Triton's compile metadata",
