@@ -12,7 +12,7 @@ Each chooser has the name of its folder; importing it here binds the name to the
 """
 
 from ._common import BACKENDS, MambaShapeError
-from .autograd import fused_block, selective_scan  # noqa: I001 - first: it loads the op sub-packages the lines below rebind
+from .autograd import fused_block, mimo_scan, selective_scan  # noqa: I001 - first: it loads the op sub-packages the lines below rebind
 from .backward_selective_scan import backward_selective_scan
 from .complex_scan_rope import complex_scan_rope
 from .forward_chunked_scan import forward_chunked_scan
@@ -21,4 +21,4 @@ from .fused_block_forward import fused_block_forward
 from .mimo_backward import mimo_backward, mimo_forward
 
 __all__ = ["BACKENDS", "MambaShapeError", "backward_selective_scan", "complex_scan_rope", "forward_chunked_scan", "fused_block",
-           "fused_block_backward", "fused_block_forward", "mimo_backward", "mimo_forward", "selective_scan"]
+           "fused_block_backward", "fused_block_forward", "mimo_backward", "mimo_forward", "mimo_scan", "selective_scan"]

@@ -1,5 +1,6 @@
 """autograd.Function wiring of the forward/backward pairs: C1 + C2 as :func:`selective_scan`, C5 + C6 as
-:func:`fused_block`. The forward saves the float32 chunk checkpoints; the backward restarts from them."""
+:func:`fused_block` (the forward saves its chunk checkpoints; the backward restarts from them), the portable MIMO
+forward + C3 as :func:`mimo_scan`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from .backward_selective_scan import backward_selective_scan
 from .forward_chunked_scan import forward_chunked_scan
 from .fused_block_backward import fused_block_backward
 from .fused_block_forward import fused_block_forward
+from .mimo_backward import check_mimo, mimo_backward, mimo_forward
 
 
 class SelectiveScanFunction(torch.autograd.Function):
@@ -81,3 +83,31 @@ def fused_block(x, conv_weight, conv_bias, delta, A, B, C, D=None, norm_weight=N
         return fused_block_ref(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps)
     return FusedBlockFunction.apply(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps, chunk, backend,
                                     num_warps, block_d)
+
+
+class MimoScanFunction(torch.autograd.Function):
+    """y = mimo_scan(x, dt, alpha, B, C, mimo_x, mimo_o): the portable forward, the C3 backward (which reruns the
+    forward's states itself)."""
+
+    @staticmethod
+    def forward(ctx, x, dt, alpha, B, C, mimo_x, mimo_o, chunk, backend, num_warps):
+        ctx.save_for_backward(x, dt, alpha, B, C, mimo_x, mimo_o)
+        ctx.cfg = (chunk, backend, num_warps)
+        return mimo_forward(x, dt, alpha, B, C, mimo_x, mimo_o, backend="torch")
+
+    @staticmethod
+    def backward(ctx, dy):
+        chunk, backend, num_warps = ctx.cfg
+        grads = mimo_backward(*ctx.saved_tensors, dy, chunk=chunk, backend=backend, num_warps=num_warps)
+        return (*grads, None, None, None)
+
+
+def mimo_scan(x, dt, alpha, B, C, mimo_x, mimo_o, chunk: int = 64, backend: str = "auto", num_warps: int = 4):
+    """The differentiable MIMO scan; ``backend`` picks the backward ("reference" differentiates the oracle)."""
+    check_mimo(x, dt, alpha, B, C, mimo_x, mimo_o, "mimo_scan")
+    backend = resolve_backend(backend, x)
+    if backend == "reference":
+        from .mimo_backward.reference import mimo_scan_ref
+
+        return mimo_scan_ref(x, dt, alpha, B, C, mimo_x, mimo_o)
+    return MimoScanFunction.apply(x, dt, alpha, B, C, mimo_x, mimo_o, chunk, backend, num_warps)
