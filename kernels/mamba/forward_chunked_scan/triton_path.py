@@ -1,0 +1,85 @@
+"""The Triton path of the chunked selective-scan forward (no ``tl.dot``: the scan is elementwise work per channel
+and state, so it never reaches the MMA lowering behind state-spaces/mamba#904).
+
+Grid ``(batch, ceil(d_model / BLOCK_D))``. Each program holds the state ``h[BLOCK_D, BLOCK_N]`` in float32
+registers and walks time in chunks of ``CHUNK`` steps: at a chunk's start it stores h (the checkpoint the backward
+restarts from), then runs the chunk's steps, a step past the sequence's end masked out (so any L works, and any
+d_model / N through the channel and state masks). Inputs are loaded in their own dtype and widened to float32 (float64
+inputs: float64 throughout); y is stored in u's dtype.
+
+The chunk count is a compile-time constant: Triton 3.6's interpreter cannot take a runtime loop bound (numpy 2
+hands it a one-element array), and the CPU tests run there. A new chunk count compiles a new binary.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._triton_utils import accum_dtype, round_to, tl_dtype
+
+
+@triton.jit
+def scan_fwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, y_ptr, ckpt_ptr, hlast_ptr, L, DM, N,
+                    N_CHUNKS: tl.constexpr,
+                    HAS_D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+                    CD: tl.constexpr):
+    pid_b = tl.program_id(0).to(tl.int64)
+    pid_d = tl.program_id(1)
+    offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_n = tl.arange(0, BLOCK_N)
+    md = offs_d < DM
+    mn = offs_n < N
+    m2 = md[:, None] & mn[None, :]
+    dn = offs_d[:, None] * N + offs_n[None, :]
+    a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
+    if HAS_D:
+        dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(CD)
+    h = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
+    row = pid_b * L  # first time row of this batch element
+    for c in range(0, N_CHUNKS):
+        tl.store(ckpt_ptr + (pid_b * N_CHUNKS + c) * DM * N + dn, h, mask=m2)
+        for i in range(0, CHUNK):
+            t = c * CHUNK + i
+            ok = t < L
+            mt = md & ok
+            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+            b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+            c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+            # a masked step has dt = 0 and B = 0: exp(0) * h + 0 leaves h as it was
+            h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
+            y_t = tl.sum(h * c_t[None, :], axis=1)
+            if HAS_D:
+                y_t += dskip * u_t
+            tl.store(y_ptr + (row + t) * DM + offs_d, round_to(y_t, y_ptr.dtype.element_ty), mask=mt)
+    tl.store(hlast_ptr + pid_b * DM * N + dn, h, mask=m2)
+
+
+def block_sizes(d_model: int, n: int, block_d: int | None = None) -> tuple[int, int]:
+    """(BLOCK_D, BLOCK_N): all states of a channel in one program (N is at most a few hundred in Mamba), and
+    channels grouped so a program holds about 2048 float32 state values -- the register budget of 4 warps."""
+    bn = triton.next_power_of_2(n)
+    if block_d is None:
+        block_d = max(1, min(triton.next_power_of_2(d_model), 2048 // bn))
+    return block_d, bn
+
+
+def scan_fwd(u, delta, A, B, C, D, chunk: int, num_warps: int = 4, block_d: int | None = None):
+    """Returns ``(y in u's dtype, checkpoints [batch, n_chunks, d_model, N], final state)``, states in
+    accum_dtype(u)``."""
+    b, L, d = u.shape
+    n = A.shape[1]
+    u, delta, A, B, C = (x.contiguous() for x in (u, delta, A, B, C))
+    D = None if D is None else D.contiguous()
+    n_chunks = -(-L // chunk)
+    bd, bn = block_sizes(d, n, block_d)
+    y = torch.empty_like(u)
+    ckpt = u.new_empty(b, n_chunks, d, n, dtype=accum_dtype(u))
+    hlast = u.new_empty(b, d, n, dtype=accum_dtype(u))
+    grid = (b, triton.cdiv(d, bd))
+    scan_fwd_kernel[grid](u, delta, A, B, C, D if D is not None else u, y, ckpt, hlast, L, d, n, n_chunks,
+                          HAS_D=D is not None, CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, CD=tl_dtype(accum_dtype(u)),
+                          num_warps=num_warps)
+    return y, ckpt, hlast

@@ -1,0 +1,29 @@
+"""The portable torch path of the fused block forward: the block's stages in order, float32 for 16/32-bit inputs
+(float64 for float64), the scan through C1's torch path (so the checkpoints are the same)."""
+
+from __future__ import annotations
+
+import torch
+
+from .._common import compute_dtype, conv_weight_2d
+from ..forward_chunked_scan.torch_path import scan_fwd
+
+
+def block_fwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps: float, chunk: int):
+    """Returns ``(out in x's dtype, saved)``: saved holds y (pre-norm) and rstd in the compute dtype and the scan
+    checkpoints, what the backward reuses."""
+    cd = compute_dtype(x)
+    w = conv_weight_2d(conv_weight, "fused_block_forward").to(cd)
+    k = w.shape[1]
+    L = x.shape[1] - k + 1
+    xc = x.to(cd)
+    p = sum(w[:, j] * xc[:, j:j + L] for j in range(k))
+    if conv_bias is not None:
+        p = p + conv_bias.to(cd)
+    v = p * torch.sigmoid(p)
+    y, ckpt, _ = scan_fwd(v, delta.to(cd), A.to(cd), B.to(cd), C.to(cd), None if D is None else D.to(cd), chunk)
+    if norm_weight is None:
+        return y.to(x.dtype), dict(y=y, rstd=None, ckpt=ckpt)
+    rstd = torch.rsqrt(y.pow(2).mean(-1) + eps)
+    out = y * rstd[..., None] * norm_weight.to(cd)
+    return out.to(x.dtype), dict(y=y, rstd=rstd, ckpt=ckpt)

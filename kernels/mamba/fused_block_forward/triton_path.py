@@ -1,0 +1,131 @@
+"""The Triton path of the fused block forward: conv1d + SiLU + selective scan + RMSNorm in one launch, no
+``tl.dot``.
+
+Grid ``(batch,)``: the RMSNorm reduces over every channel of a time step, so one program owns one sequence.
+Phase 1 walks the channel blocks; for each it runs the chunked scan of C1 with its input made on the fly (the
+K-row window of x times the weight, plus the bias, through SiLU), storing the pre-norm y (float32) and the
+chunk checkpoints. A barrier, then phase 2 walks time blocks: the mean square over all channel blocks, r, and
+``out = y r g`` in x's dtype. Without ``norm_weight`` phase 1 stores the output directly.
+
+The channel count comes from the weight and is checked against x before launch (``_common.check_block``).
+One program per sequence leaves most of a large GPU idle at small batch: the cost of fusing the channel
+reduction into the same launch as the scan.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._triton_utils import accum_dtype, round_to, tl_dtype
+from ..forward_chunked_scan.triton_path import block_sizes
+
+
+@triton.jit
+def block_fwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, nw_ptr, out_ptr, y_ptr, rstd_ptr,
+                     ckpt_ptr, L, DM, N, eps,
+                     N_CHUNKS: tl.constexpr, N_DBLK: tl.constexpr, N_TBLK: tl.constexpr, K: tl.constexpr,
+                     HAS_BIAS: tl.constexpr, HAS_D: tl.constexpr, HAS_NORM: tl.constexpr, CHUNK: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_T: tl.constexpr,
+                     CD: tl.constexpr):
+    pid_b = tl.program_id(0).to(tl.int64)
+    LIN = L + K - 1
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    mn = offs_n < N
+    mk = offs_k < K
+    xrow = pid_b * LIN
+    row = pid_b * L
+    for db in range(0, N_DBLK):
+        offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
+        md = offs_d < DM
+        m2 = md[:, None] & mn[None, :]
+        dn = offs_d[:, None] * N + offs_n[None, :]
+        a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
+        wt = tl.load(w_ptr + offs_d[:, None] * K + offs_k[None, :], mask=md[:, None] & mk[None, :],
+                     other=0.0).to(CD)
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + offs_d, mask=md, other=0.0).to(CD)
+        if HAS_D:
+            dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(CD)
+        h = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
+        for c in range(0, N_CHUNKS):
+            tl.store(ckpt_ptr + (pid_b * N_CHUNKS + c) * DM * N + dn, h, mask=m2)
+            for i in range(0, CHUNK):
+                t = c * CHUNK + i
+                ok = t < L
+                mt = md & ok
+                xw = tl.load(x_ptr + (xrow + t + offs_k[None, :]) * DM + offs_d[:, None],
+                             mask=mt[:, None] & mk[None, :], other=0.0).to(CD)
+                p = tl.sum(xw * wt, axis=1)
+                if HAS_BIAS:
+                    p += bias
+                v = p / (1.0 + tl.exp(-p))
+                dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+                b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+                c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
+                h = tl.exp(dt_t[:, None] * a) * h + (dt_t * v)[:, None] * b_t[None, :]
+                y_t = tl.sum(h * c_t[None, :], axis=1)
+                if HAS_D:
+                    y_t += dskip * v
+                if HAS_NORM:
+                    tl.store(y_ptr + (row + t) * DM + offs_d, y_t, mask=mt)
+                else:
+                    tl.store(out_ptr + (row + t) * DM + offs_d, round_to(y_t, out_ptr.dtype.element_ty), mask=mt)
+    if HAS_NORM:
+        tl.debug_barrier()  # phase 2 reads y written by other threads of this program
+        for tb in range(0, N_TBLK):
+            offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
+            mt = offs_t < L
+            ss = tl.zeros([BLOCK_T], dtype=CD)
+            for db in range(0, N_DBLK):
+                offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
+                m = mt[:, None] & (offs_d < DM)[None, :]
+                yt = tl.load(y_ptr + (row + offs_t[:, None]) * DM + offs_d[None, :], mask=m, other=0.0)
+                ss += tl.sum(yt * yt, axis=1)
+            r = 1.0 / tl.sqrt(ss / DM + eps)
+            tl.store(rstd_ptr + row + offs_t, r, mask=mt)
+            for db in range(0, N_DBLK):
+                offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
+                md = offs_d < DM
+                m = mt[:, None] & md[None, :]
+                yt = tl.load(y_ptr + (row + offs_t[:, None]) * DM + offs_d[None, :], mask=m, other=0.0)
+                g = tl.load(nw_ptr + offs_d, mask=md, other=0.0).to(CD)
+                o = yt * r[:, None] * g[None, :]
+                tl.store(out_ptr + (row + offs_t[:, None]) * DM + offs_d[None, :],
+                         round_to(o, out_ptr.dtype.element_ty), mask=m)
+
+
+def norm_block_t(d_model: int, block_d: int) -> int:
+    """Time rows per norm tile: about 2048 float32 values per [BLOCK_T, BLOCK_D] tile."""
+    return max(1, min(64, 2048 // block_d))
+
+
+def block_fwd(x, w, conv_bias, delta, A, B, C, D, norm_weight, eps: float, chunk: int, num_warps: int = 4,
+              block_d: int | None = None):
+    """Returns ``(out in x's dtype, saved)``; saved as the torch path's (in accum_dtype(x))."""
+    b, l_in, d = x.shape
+    k = w.shape[1]
+    L = l_in - k + 1
+    n = A.shape[1]
+    x, w, delta, A, B, C = (t.contiguous() for t in (x, w, delta, A, B, C))
+    conv_bias, D, norm_weight = (None if t is None else t.contiguous() for t in (conv_bias, D, norm_weight))
+    bd, bn = block_sizes(d, n, block_d)
+    bt = norm_block_t(d, bd)
+    n_chunks = -(-L // chunk)
+    acc = dict(dtype=accum_dtype(x), device=x.device)
+    out = x.new_empty(b, L, d)
+    has_norm = norm_weight is not None
+    y = torch.empty(b, L, d, **acc) if has_norm else out
+    rstd = torch.empty(b, L, **acc) if has_norm else None
+    ckpt = torch.empty(b, n_chunks, d, n, **acc)
+    dummy = x
+    block_fwd_kernel[(b,)](x, w, conv_bias if conv_bias is not None else dummy, delta, A, B, C,
+                           D if D is not None else dummy, norm_weight if has_norm else dummy, out, y,
+                           rstd if has_norm else dummy, ckpt, L, d, n, float(eps),
+                           N_CHUNKS=n_chunks, N_DBLK=triton.cdiv(d, bd), N_TBLK=triton.cdiv(L, bt), K=k,
+                           HAS_BIAS=conv_bias is not None, HAS_D=D is not None, HAS_NORM=has_norm, CHUNK=chunk,
+                           BLOCK_D=bd, BLOCK_N=bn, BLOCK_K=triton.next_power_of_2(k), BLOCK_T=bt,
+                           CD=tl_dtype(accum_dtype(x)), num_warps=num_warps)
+    return out, dict(y=y if has_norm else None, rstd=rstd, ckpt=ckpt)

@@ -1,0 +1,123 @@
+"""C6 fused_block_backward: the oracle and the hand-derived backward against finite differences, the torch and
+Triton paths against autograd through the oracle within derived bounds."""
+
+import pytest
+import torch
+from lethe.kernels.mamba import MambaShapeError, fused_block, fused_block_backward, fused_block_forward
+from lethe.kernels.mamba.fused_block_backward.reference import (
+    GRAD_NAMES,
+    fused_block_grads_magnitude,
+    fused_block_grads_ref,
+)
+from lethe.kernels.mamba.fused_block_forward.reference import fused_block_ref
+from mamba_helpers import UNIT_ROUNDOFF, assert_within, block_backward_steps, f64, gamma, make_block_inputs
+
+SHAPES = [(2, 9, 5, 3, 4, 4, 2), (1, 1, 3, 4, 4, 4, None), (1, 6, 4, 2, 3, 16, 4)]
+
+
+def _dout(b, L, d, dtype=torch.float64, seed=3):
+    return torch.randn(b, L, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
+
+
+def _check(got, ins, dout, b, L, n, d, k, dtype):
+    """Every gradient within gamma_m(u_arith) S + u_out |ref|: m from block_backward_steps, S the magnitude
+    backward, u_out the stored gradient's rounding (0 when it is stored at the arithmetic's precision)."""
+    ref = fused_block_grads_ref(*f64(*ins, dout))
+    mag = fused_block_grads_magnitude(*f64(*ins, dout))
+    u_arith = UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32]
+    u_out = 0.0 if dtype in (torch.float32, torch.float64) else UNIT_ROUNDOFF[dtype]
+    g = gamma(block_backward_steps(b, L, n, d, k), u_arith)
+    for name, a, r, m, inp in zip(GRAD_NAMES, got, ref, mag, ins, strict=True):
+        if inp is None:
+            assert a is None, name
+            continue
+        assert a.dtype == inp.dtype and a.shape == inp.shape, name
+        assert_within(name, a, r, g * m + u_out * r.abs())
+    return ref, mag, g
+
+
+def test_gradcheck_of_the_oracle():
+    """Autograd through the oracle agrees with finite differences for all nine inputs."""
+    ins = [t.requires_grad_(True) for t in make_block_inputs(1, 4, 3, 2, 3)]
+    assert torch.autograd.gradcheck(fused_block_ref, tuple(ins), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_gradcheck_of_the_hand_derived_backward():
+    """The Function running the hand-derived backward (torch path, float64, chunk 2 so checkpoints restart)
+    agrees with finite differences for all nine inputs."""
+    ins = [t.requires_grad_(True) for t in make_block_inputs(1, 4, 3, 2, 3)]
+    f = lambda *a: fused_block(*a, chunk=2, backend="torch")
+    assert torch.autograd.gradcheck(f, tuple(ins), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("backend", ["torch", "triton"])
+def test_float64_paths_match_autograd_of_oracle(shape, backend):
+    """Both paths in float64 (the Triton kernels take their arithmetic dtype from the inputs): the algebra of each
+    backward against autograd through the definition to float64 accuracy."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k)
+    dout = _dout(b, L, d)
+    kw = dict(block_d=block_d) if backend == "triton" else {}
+    got = fused_block_backward(*ins, dout, chunk=chunk, backend=backend, **kw)
+    _check(got, ins, dout, b, L, n, d, k, torch.float64)
+
+
+@pytest.mark.parametrize("shape", SHAPES[:2])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("coherent", [True, False], ids=["coherent", "signed"])
+def test_triton_matches_oracle(shape, dtype, coherent):
+    """Triton with float32 arithmetic on ``dtype`` inputs, within the derived bound of every gradient; in the
+    coherent draw the bound is also small against the gradients (median below 1%), so the test can see errors of
+    that size."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k, dtype=dtype, coherent=coherent)
+    dout = _dout(b, L, d, dtype)
+    got = fused_block_backward(*ins, dout, chunk=chunk, backend="triton", block_d=block_d)
+    ref, mag, g = _check(got, ins, dout, b, L, n, d, k, dtype)
+    if coherent and dtype == torch.float32 and L > 1:
+        for name, r, m in zip(GRAD_NAMES, ref, mag, strict=True):
+            assert float((g * m / r.abs()).median()) < 1e-2, name
+
+
+@pytest.mark.parametrize("drop", [2, 7, 8], ids=["conv_bias", "D", "norm_weight"])
+def test_optional_inputs(drop):
+    """With an optional input absent its gradient is None and the others still match."""
+    ins = list(make_block_inputs(2, 7, 4, 3, 4, dtype=torch.float32, coherent=True))
+    ins[drop] = None
+    dout = _dout(2, 7, 4, torch.float32)
+    got = fused_block_backward(*ins, dout, chunk=4, backend="triton", block_d=2)
+    _check(got, ins, dout, 2, 7, 3, 4, 4, torch.float32)
+
+
+def test_autograd_function_matches_direct_backward():
+    """fused_block's autograd wiring returns exactly the direct C6 call's gradients (same saved forward state)."""
+    ins = [t.requires_grad_(True) for t in make_block_inputs(1, 6, 3, 2, 4, dtype=torch.float32)]
+    dout = _dout(1, 6, 3, torch.float32)
+    fused_block(*ins, chunk=4, backend="triton").backward(dout)
+    direct = fused_block_backward(*(t.detach() for t in ins), dout, chunk=4, backend="triton")
+    for name, t, r in zip(GRAD_NAMES, ins, direct, strict=True):
+        assert torch.equal(t.grad, r), name
+
+
+def test_backward_is_deterministic():
+    """Two runs, the same bits (no atomics; partial sums reduced by torch in a fixed order)."""
+    ins = make_block_inputs(2, 5, 4, 2, 4, dtype=torch.float32)
+    dout = _dout(2, 5, 4, torch.float32)
+    a = fused_block_backward(*ins, dout, chunk=4, backend="triton", block_d=2)
+    b = fused_block_backward(*ins, dout, chunk=4, backend="triton", block_d=2)
+    assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+
+
+def test_guards():
+    """The backward refuses what the forward refuses (the channel check), a dout of the wrong shape, and saved
+    state from another chunk size."""
+    x, w, bias, delta, A, B, C, D, nw = ins = make_block_inputs(1, 6, 4, 3, 4, dtype=torch.float32)
+    dout = _dout(1, 6, 4, torch.float32)
+    with pytest.raises(MambaShapeError, match="x has 5 channels but conv_weight has 4"):
+        fused_block_backward(torch.cat([x, x[..., :1]], -1), w, bias, delta, A, B, C, D, nw, dout, backend="triton")
+    with pytest.raises(MambaShapeError, match="dout has shape"):
+        fused_block_backward(*ins, dout[:, :5], backend="triton")
+    saved = fused_block_forward(*ins, chunk=4, backend="torch", return_saved=True)[1]
+    with pytest.raises(MambaShapeError, match="saved checkpoints"):
+        fused_block_backward(*ins, dout, chunk=2, saved=saved, backend="torch")
