@@ -61,3 +61,12 @@ def test_stand_ins_cover_exactly_the_generation_clients():
             sys.modules.pop(n, None)
             if m is not None:
                 sys.modules[n] = m
+
+
+def test_table_renders_medians_and_goals(tmp_path):
+    doc = {"provenance": {"gpu": {"gpu": "NVIDIA H200"}, "cpus": 16},
+           "kernels": {"a": {"kind": "cuda", "cold": {"wall_s": 7.5}, "warm": {"wall_s": 2.5}}},
+           "batch": {"8": {"kernels": 10, "per_kernel_s": 0.9, "wall_s": 9.0}}}
+    L.render(doc, str(tmp_path / "t.md"), str(tmp_path / "t.tex"))
+    md = (tmp_path / "t.md").read_text()
+    assert "7.50" in md and "2.50" in md and "NVIDIA H200" in md and "0.90 s per kernel" in md

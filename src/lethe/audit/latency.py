@@ -283,6 +283,51 @@ def summarise(doc: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: The goals of the tool issue (seconds per kernel): CUDA cold / warm end to end, batch at 8 workers.
+GOALS = {"cold": 5.0, "warm": 2.0, "batch8": 0.5}
+
+
+def table_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per kernel kind: medians of cold, warm, build, KernelBench's check, and the phase shares."""
+    out = []
+    for kind, row in sorted(doc.get("summary", summarise(doc)).items()):
+        share = row.get("phase_share") or {}
+        out.append({"kind": kind, "n": row["n"], "cold": row.get("cold_median_s"), "warm": row.get("warm_median_s"),
+                    "build": row.get("build_median_s"), "kb_wall": row.get("kb_wall_median_s"),
+                    "kb_check": row.get("kb_check_median_s"),
+                    "ref": share.get("reference_s"), "cand": share.get("candidate_s"),
+                    "probes": share.get("candidate_probes_s"), "grade": share.get("grade_s")})
+    return out
+
+
+def render(doc: dict[str, Any], md: str, tex: str) -> None:
+    """The latency table (``paper/tables/tool_latency``) from a committed latency.json."""
+    from lethe.render.tables import render_table
+
+    sec = lambda v: "–" if v is None else f"{v:.2f}"  # noqa: E731
+    pct = lambda v: "–" if v is None else f"{v:.0%}"  # noqa: E731
+    prov = doc.get("provenance", {})
+    gpu = (prov.get("gpu") or {}).get("gpu", "unknown device")
+    batch = doc.get("batch") or {}
+    notes = [f"Device: {gpu}; {prov.get('cpus', '?')} CPU cores. Medians over the kernels of each kind.",
+             "cold: `lethe verify --json` in a fresh process, empty reference cache, extension already built; "
+             "warm: the same command again (reference from the disk cache); build: the extension build step alone; "
+             "KernelBench: its own check in a fresh process (wall) and the check call itself.",
+             "Phase shares: of a warm in-process verification (reference, candidate process, its probes, grading).",
+             f"Goals (tool issue): CUDA cold <= {GOALS['cold']:g} s, warm <= {GOALS['warm']:g} s; batch <= "
+             f"{GOALS['batch8']:g} s per kernel at 8 workers."]
+    for w, b in sorted(batch.items(), key=lambda kv: int(kv[0])):
+        notes.append(f"batch ({b['kernels']} kernels, {w} workers, reference cache empty, builds done): "
+                     f"{b['per_kernel_s']:.2f} s per kernel")
+    render_table(table_rows(doc), [("kind", "candidates"), ("n", "n"), ("cold", "cold s", sec),
+                                   ("warm", "warm s", sec), ("build", "build s", sec),
+                                   ("kb_wall", "KernelBench s", sec), ("kb_check", "its check s", sec),
+                                   ("ref", "reference", pct), ("cand", "candidate", pct), ("probes", "probes", pct),
+                                   ("grade", "grading", pct)],
+                 "Seconds per kernel of lethe verify, cold and warm, against KernelBench's own check",
+                 "tab:tool-latency", md, tex, notes=notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "--kb-one":
