@@ -489,7 +489,7 @@ def render_scalar_gate(runs: list[dict], floors: dict, ceilings: dict, md_paths,
         "the accuracy check at 2^14 head-tokens (its tuning keys ignore the batch): its fwd+bwd medians here are 10-18% "
         "above kernel_profile call18's at the same cells (6.76 / 4.91 ms at d_v 128 / 64, T 4k; the backward's 2-8%), "
         "so the ratios to fla may favour ours by as much (docs/native.md).",
-        f"Floor: matrix-product FLOPs and minimal bytes (experiments/gdn/fla_compare.chunk_counts: inputs and "
+        f"Floor: matrix-product FLOPs and minimal bytes (lethe.kernels.gdn.bench.chunk_counts: inputs and "
         f"gradients at bf16, every intermediate on chip; as in native_vs_fla) at the ceilings measured in kernel_profile call18 ({ceilings['bf16_matmul_tflops']:.0f} "
         f"TFLOP/s bf16, {ceilings['copy_tbps']:.2f} TB/s), not in these calls.",
         f"{stack}; each commit's row is its own device call (results/gdn/scalar_gate/).",

@@ -1,9 +1,8 @@
 """The GDN Triton forward's generated sm_90a code (compiled on the CPU, nothing executed): facts the docs state
 about it, checked where they come from."""
 
-import importlib.util
+import importlib
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _triton_aot():
-    sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location("gdn_triton_aot", ROOT / "experiments/gdn/triton_aot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("experiments.gdn.triton_aot")
 
 
 def contracted_split_products(ptx: str) -> int:

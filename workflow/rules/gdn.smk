@@ -167,7 +167,6 @@ rule gdn_scalar_gate_tables:
     input:
         benches=[f"results/gdn/scalar_gate/{d}/scalar_gate_bench.json" for d in _GDN_SG_CALLS],
         provenances=[f"results/gdn/scalar_gate/{d}/provenance.json" for d in _GDN_SG_CALLS],
-        counts="experiments/gdn/fla_compare.py",
         ceilings="results/native/profile/call18/profile.json",
     output:
         time_md="paper/tables/gdn_scalar_gate_time.md",
