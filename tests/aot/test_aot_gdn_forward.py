@@ -24,7 +24,7 @@ def contracted_split_products(ptx: str) -> int:
 
 @pytest.mark.slow
 def test_state_kernel_contracts_its_own_kend_into_the_split_but_not_a_loaded_one():
-    # results/gdn/launch_sweep/state_kend_2b3da82/WHY_NOT_BITWISE.md: why KEND 1 is not bitwise KEND 0 on the GPU
+    # results/gdn/launch_sweep/state_kend/WHY_NOT_BITWISE.md: why KEND 1 is not bitwise KEND 0 on the GPU
     import torch
     from lethe.kernels.gdn.launch_tables import overridden
 

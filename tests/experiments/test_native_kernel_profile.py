@@ -131,11 +131,12 @@ def test_the_figures_calls_timed_the_current_default_forward(prof):
     # fails here, as the committed ladders do in tests/kernels/gdn/test_committed_forward_results.py.
     from pathlib import Path
 
-    from lethe.kernels.gdn.native.render import figure_versus_fla_call, load_profile_calls
+    from lethe.kernels.gdn.native.render import figure_versus_fla_call
     from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
-    root = Path(__file__).resolve().parents[2] / "results" / "native" / "profile"
-    calls = load_profile_calls(sorted(d / "profile.json" for d in root.iterdir() if (d / "profile.json").exists()))
+    from lethe.results import load_runs
+
+    calls = load_runs(Path(__file__).resolve().parents[2] / "results" / "native" / "profile" / "profile.json")
     name, cells = figure_versus_fla_call(calls)
     assert name and cells
     rows = [got["hybrid-tc"] for got in cells.values()]

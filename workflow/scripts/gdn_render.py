@@ -30,11 +30,11 @@ elif snakemake.params.table == "scalar_gate":
     from lethe.kernels.gdn.bench import chunk_counts
 
     from lethe.perf.roofline import roofline_ms
+    from lethe.results import load_runs
 
-    runs = []
-    for bench, prov in zip(snakemake.input.benches, snakemake.input.provenances, strict=True):
-        runs.append({**json.loads(Path(bench).read_text()), "provenance": json.loads(Path(prov).read_text())})
-    ceilings = json.loads(Path(snakemake.input.ceilings).read_text())["ceilings"]
+    runs = [{**doc, "provenance": prov} for _, doc, prov in load_runs(snakemake.input.bench)]
+    # the ceilings the newest kernel-profile run measured
+    ceilings = load_runs(snakemake.input.ceilings)[-1][1]["ceilings"]
     floors = {}
     for r in (r for doc in runs for r in doc["timing"] if "fwd_bwd_ms" in r):
         c = chunk_counts("sgdn", r["B"], r["H"], r["T"], r["K"], r["V"])
