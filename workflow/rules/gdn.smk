@@ -2,7 +2,7 @@
 # comparison (correctness) and the fla timing benchmark from the committed H200 results under results/gdn/.
 # Registered only once those JSON files exist, so the DAG stays valid before the first GPU run (the ladder and
 # training compute rules are in gdn_compute.smk; results/gdn/fla_compare/ and results/gdn/fla_bench/ come from
-# experiments/gdn/fla_compare.py via experiments/h200/session.sh, the latter with --parts bench).
+# experiments/gdn/fla_compare.py through the compute rules gdn_fla_compare and gdn_fla_bench).
 import os as _gdn_os
 
 _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
