@@ -23,26 +23,22 @@ import argparse
 import importlib
 import json
 import os
-import sys
 import time
 import traceback
 import zlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT), str(ROOT / "src")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 # Before torch/triton/fla are imported: pure-Triton fla, and one Triton cache shared with the verifier's
 # candidate processes (so they reuse the kernels and autotune choices this process already made).
 os.environ["FLA_DISABLE_BACKEND_DISPATCH"] = "1"
 SHARED_TRITON_CACHE = os.environ.setdefault("TRITON_CACHE_DIR", "/tmp/fla640-triton-cache")
 
-import torch  # noqa: E402
+import torch
 
-from lethe import provenance  # noqa: E402
-from lethe.foreign import fla640 as F  # noqa: E402
+from lethe import provenance
+from lethe.foreign import fla640 as F
 
 SCHEMA = "lethe.fla640.direct/1"
 # Labels for one gradient's relative Frobenius error against the float64 oracle. fla's own chunk_gdn tests accept

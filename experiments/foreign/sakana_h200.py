@@ -26,11 +26,10 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_compl
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
 
-from lethe import provenance  # noqa: E402
-from lethe.corpora import sakana  # noqa: E402
-from lethe.foreign.second_corpus import throughput_summary  # noqa: E402
+from lethe import provenance
+from lethe.corpora import sakana
+from lethe.foreign.second_corpus import throughput_summary
 
 SUBSET = ROOT / "data" / "sakana_subset" / "subset.jsonl"
 

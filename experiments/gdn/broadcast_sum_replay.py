@@ -13,47 +13,33 @@ gradients worst (docs/gdn.md §8).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
+from lethe.kernels.gdn.bench import oracle_fn, ours_fn, parse_cells, rounded_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"{name}_for_replay", ROOT / "experiments" / "gdn" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def replay_cell(fc, member: str, V: int, T: int, K: int = 128, H: int = 2, seed: int = 20260829) -> dict:
+def replay_cell(member: str, V: int, T: int, K: int = 128, H: int = 2, seed: int = 20260829) -> dict:
     """Gate-gradient errors of the float32 torch path, summed after rounding ("before") and before ("after")."""
     from lethe.kernels.gdn import autograd
 
     if member not in ("sgdn", "kda"):
         raise SystemExit(f"--cells: {member!r}: the replay covers the beta-carrying members sgdn and kda")
-    x = fc._ladder().make_inputs(1, T, H, K, V, seed, "cpu", member="ssd" if member == "sgdn" else member)
     names = ("q", "k", "v", "g", "beta")
-    low = {n: x[n].to(torch.bfloat16) for n in names}
-    do = x["do"].to(torch.bfloat16)
+    low, do = rounded_inputs(member, 1, T, H, K, V, seed, torch.bfloat16, "cpu")
     scale = K ** -0.5
     ref_leaves = {n: t.double().requires_grad_() for n, t in low.items()}
-    ref = fc.oracle_fn(member)(ref_leaves, scale)
+    ref = oracle_fn(member)(ref_leaves, scale)
     ref_g = dict(zip(names, torch.autograd.grad(ref, list(ref_leaves.values()), do.double()), strict=True))
 
     def grads():
         lv = {n: t.clone().requires_grad_() for n, t in low.items()}
-        o = fc.ours_fn(member, "torch", 64)(lv, scale)
+        o = ours_fn(member, "torch", 64)(lv, scale)
         return dict(zip(names, torch.autograd.grad(o, list(lv.values()), do), strict=True))
 
     after = grads()
@@ -77,11 +63,9 @@ def main(argv=None):
     ap.add_argument("--cells", default="sgdn:128:4096,kda:64:1024,sgdn:128:1024")
     ap.add_argument("--out", default=str(ROOT / "results" / "gdn" / "broadcast_sum_replay.json"))
     args = ap.parse_args(argv)
-    fc = _load("fla_compare")
-    ip = _load("intra_precision")
     t0, rows = time.time(), []
-    for member, V, T in ip.parse_cells(args.cells):
-        rows.append(replay_cell(fc, member, V, T))
+    for member, V, T in parse_cells(args.cells):
+        rows.append(replay_cell(member, V, T))
         print(json.dumps(rows[-1]), flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

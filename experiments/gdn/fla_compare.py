@@ -71,354 +71,86 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
-import math
 import os
 import signal
 import statistics
-import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-for _p in (str(ROOT / "src"), str(ROOT)):
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
+import torch
+from lethe.kernels.gdn.bench import (
+    MEMBERS,
+    NATIVE_MEMBERS,
+    bench_batch,
+    bench_inputs,
+    bypass,
+    check_row,
+    chunk_counts,
+    count_native_k1,
+    fla_fn,
+    grad_name,
+    oracle_fn,
+    ours_fn,
+    rounded_inputs,
+)
+from lethe.kernels.gdn.inputs import PIN_E2E, nonfinite, rel_err
 
-import torch  # noqa: E402
+from lethe.perf.fla_autotune import FlaAutotunePolicy
+from lethe.perf.roofline import SPEC_H200, roofline_ms
+from lethe.perf.roofline import measure_ceilings as device_ceilings
+from lethe.perf.timing import quantile, time_stages
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA = "lethe.gdn.fla_compare/1"
-PIN_E2E = 5e-3  # the paper's end-to-end pin (ladder.py); reported, not enforced on fla
 DEFAULT_TRITON_CACHE = "/tmp/lethe-flacmp-triton-cache"
-# NVIDIA H200 SXM datasheet (dense, i.e. half the sparse figures; HBM3e bandwidth). Labelled "spec" wherever used.
-SPEC_H200 = {"bf16_dense_tflops": 989.0, "tf32_dense_tflops": 494.0, "hbm_tbps": 4.8,
-             "source": "NVIDIA H200 SXM datasheet (dense tensor-core rates; spec, not measured)"}
 
 # Every implementation part (b) knows, in the order a cell runs them ("ours" first: the others are checked
 # against it). "torch" stands in for fla in --dry-run, where fla cannot run.
 BENCH_IMPLS = ("ours", "fla", "native")
 DRY_BENCH_IMPLS = ("ours", "torch", "native")
 
-# member -> fla op, guarded by #640 on Hopper + Triton < 3.7.1, leaves (in call order), gate shape, erase?
-MEMBERS = {
-    "gdn": dict(fla_op="fla.ops.gdn2.chunk_gdn2", guarded=False, leaves=("q", "k", "v", "g", "b", "w"),
-                scalar_gate=False, erase=True, ours_member="gdn"),
-    "sgdn": dict(fla_op="fla.ops.gated_delta_rule.chunk_gated_delta_rule", guarded=True,
-                 leaves=("q", "k", "v", "g", "beta"), scalar_gate=True, erase=True, ours_member="kda"),
-    "kda": dict(fla_op="fla.ops.kda.chunk_kda", guarded=False, leaves=("q", "k", "v", "g", "beta"),
-                scalar_gate=False, erase=True, ours_member="kda"),
-    "gla": dict(fla_op="fla.ops.gla.chunk_gla", guarded=False, leaves=("q", "k", "v", "g"), scalar_gate=False,
-                erase=False, ours_member="gla"),
-    "ssd": dict(fla_op="fla.ops.simple_gla.chunk_simple_gla", guarded=True, leaves=("q", "k", "v", "g"),
-                scalar_gate=True, erase=False, ours_member="ssd"),
-    "la": dict(fla_op="fla.ops.simple_gla.chunk_simple_gla", guarded=False, leaves=("q", "k", "v"),
-               scalar_gate=False, erase=False, ours_member="la"),
-}
-# chunk_family sends every member through the one ChunkGDNFunction, whose "native" branch calls
-# NATIVE_BACKENDS["default"] whatever the gates are (K1 has an erase and a no-erase variant), so the native
-# backend covers every member; kept as a set so that a backend limited to some members only edits this line.
-NATIVE_MEMBERS = frozenset(MEMBERS)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # FLOPs and bytes of the chunked algorithm (docs/gdn.md §2)
 
 
-def _width(name: str, member: str, K: int, V: int) -> int:
-    """Elements per (token, head) of one input tensor of ``member``."""
-    if name in ("q", "k", "b"):
-        return K
-    if name in ("v", "w"):
-        return V
-    if name == "g":
-        return 1 if MEMBERS[member]["scalar_gate"] else K
-    if name == "beta":
-        return 1
-    raise KeyError(name)
 
 
-def chunk_flops(erase: bool, C: int, K: int, V: int) -> dict:
-    """Matrix-product FLOPs (2mnk each) of one chunk of one head, forward and backward, as written in
-    docs/gdn.md §2. Elementwise work (decays, the chunk cumsum) is O(C(K+V)) and not counted; recomputing a
-    forward quantity in the backward (our scan recomputes P) is an implementation choice and not counted either.
-
-    Forward, per chunk: A = X Kg^T (2C^2K), T = (I + A)^{-1} by substitution (C^3/3 multiply-adds: 2C^3/3),
-    W = T X (2C^2K), U~ = T U (2C^2V), delta = U~ - W S (2CKV), S += Kend^T delta (2CKV),
-    P = Qg Kg^T (2C^2K), o = Qg S + P delta (2CKV + 2C^2V). Without erase: P, the state update and o only.
-    Backward: the scan's d delta = P^T dO + Kend dS (2C^2V + 2CKV), dS += Qg^T dO (2CKV), dS -= W^T d delta
-    (2CKV); per chunk dP = dO delta^T (2C^2V), d(qG) = dO S^T and dKend = delta dS^T (2CKV each), dW = -d delta S^T
-    (2CKV), dT = dW X^T + d delta U^T (2C^2K + 2C^2V), dX = T^T dW (2C^2K), dU = T^T d delta (2C^2V),
-    dA = -T^T dT T^T (4C^3), and the pairwise products dP -> (dQg, dKg), dA -> (dX, dKg) (4 x 2C^2K).
-    """
-    if erase:
-        fwd = 6 * C * C * K + 4 * C * C * V + 6 * C * K * V + (2 * C**3) // 3
-        bwd = 8 * C * C * V + 12 * C * K * V + 12 * C * C * K + 4 * C**3
-    else:
-        fwd = 2 * C * C * K + 2 * C * C * V + 4 * C * K * V
-        bwd = 4 * C * C * V + 8 * C * K * V + 4 * C * C * K
-    return {"fwd": fwd, "bwd": bwd}
 
 
-def chunk_counts(member: str, B: int, H: int, T: int, K: int, V: int, C: int = 64, in_bytes: int = 2,
-                 state_bytes: int = 4) -> dict:
-    """FLOPs and minimal HBM bytes of forward and backward for a whole problem.
-
-    Bytes, minimal ("io"): the forward reads every input once and writes o; the backward reads every input and
-    dO once and writes every input gradient once, all at ``in_bytes`` per element. Nothing else has to touch
-    HBM if the chunk states are recomputed on chip. ``bwd_bytes_with_states`` adds the per-chunk state S_n read
-    once and the state gradient dS_n written and read once, at ``state_bytes`` (what a two-kernel backward like
-    ours and fla's moves at least). T is padded to a chunk multiple for the FLOPs (the kernels process whole
-    chunks); bytes use the real T.
-    """
-    spec = MEMBERS[member]
-    NT = -(-T // C)
-    heads = B * H
-    per = chunk_flops(spec["erase"], C, K, V)
-    in_w = sum(_width(n, member, K, V) for n in spec["leaves"])
-    tok = B * T * H
-    fwd_bytes = tok * (in_w + V) * in_bytes
-    bwd_bytes = tok * (in_w + V + in_w) * in_bytes
-    states = heads * NT * K * V * state_bytes * 3
-    return {"member": member, "B": B, "H": H, "T": T, "K": K, "V": V, "C": C, "chunks": heads * NT,
-            "fwd_flops": heads * NT * per["fwd"], "bwd_flops": heads * NT * per["bwd"],
-            "fwd_bytes": fwd_bytes, "bwd_bytes": bwd_bytes, "bwd_bytes_with_states": bwd_bytes + states,
-            "in_bytes": in_bytes}
 
 
-def roofline_ms(flops: float, nbytes: float, tflops: float, tbps: float) -> float:
-    """max(compute time, memory time) in ms at the given ceilings (TFLOP/s, TB/s)."""
-    return max(flops / (tflops * 1e12), nbytes / (tbps * 1e12)) * 1e3
 
 
-def quantile(xs: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default) of a non-empty list."""
-    s = sorted(xs)
-    pos = (len(s) - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def bench_batch(head_tokens: int, H: int, T: int) -> int:
-    """B so that B * H * T is the requested number of head-tokens (at least 1)."""
-    return max(1, head_tokens // (H * T))
 
 
 # ----------------------------------------------------------------------------------------------------------
 # fla's autotuning, bounded
 
 
-def select_configs(configs: list, max_configs: int, how: str = "spread") -> list:
-    """At most ``max_configs`` of ``configs`` (0: all). ``first``: a prefix; ``spread``: evenly spaced indices
-    including the first and the last, so every varied dimension (tile, warps, stages) keeps both ends."""
-    n = len(configs)
-    if max_configs <= 0 or n <= max_configs:
-        return list(configs)
-    if how == "first":
-        return list(configs[:max_configs])
-    if how != "spread":
-        raise ValueError(f"unknown selection {how!r}")
-    if max_configs == 1:
-        return [configs[0]]
-    idx = sorted({round(i * (n - 1) / (max_configs - 1)) for i in range(max_configs)})
-    return [configs[i] for i in idx]
 
 
-@dataclass
-class FlaAutotunePolicy:
-    """Bounds the cost of fla's first-call autotuning; see the module docstring. Only autotuners of kernels
-    defined in ``fla.*`` modules are touched; everything is recorded through ``sink``."""
-
-    max_configs: int = 0
-    select: str = "spread"
-    workers: int = 16
-    bench_ms: tuple[float, float] = (5.0, 20.0)
-    parallel: bool = True
-    sink: object = None  # callable(dict) receiving one row per tuning
-    phase: str = ""  # label of the task that triggered a tuning
-    tuners: list = field(default_factory=list)
-    events: list = field(default_factory=list)
-    changes: list = field(default_factory=list)
-    installed: bool = False
-
-    def describe(self) -> dict:
-        return {"max_configs": self.max_configs, "select": self.select, "parallel_precompile": self.parallel,
-                "workers": self.workers, "tune_bench_ms": list(self.bench_ms), "changes": list(self.changes)}
-
-    def set_max_configs(self, n: int, reason: str) -> None:
-        if n != self.max_configs:
-            self.changes.append({"max_configs": n, "was": self.max_configs, "reason": reason, "phase": self.phase})
-            self.max_configs = n
-            if self.sink:
-                self.sink({"kind": "autotune_policy_change", **self.changes[-1]})
-
-    @staticmethod
-    def is_fla(tuner) -> bool:
-        return getattr(getattr(tuner, "base_fn", None), "__module__", "").startswith("fla.")
-
-    def install(self) -> None:
-        """Patch triton.runtime.autotuner.Autotuner (class level: fla's CachedAutotuner inherits it). Must run
-        before fla is imported so that every fla autotuner is registered at construction."""
-        if self.installed:
-            return
-        import triton.testing
-        from triton.runtime.autotuner import Autotuner
-
-        policy = self
-        orig_init, orig_prune, orig_run = Autotuner.__init__, Autotuner.prune_configs, Autotuner.run
-
-        def init(tuner, *a, **k):
-            orig_init(tuner, *a, **k)
-            if policy.is_fla(tuner):
-                policy.tuners.append(tuner)
-
-        def fast_bench(kernel_call, quantiles):
-            return triton.testing.do_bench(kernel_call, warmup=policy.bench_ms[0], rep=policy.bench_ms[1],
-                                           quantiles=quantiles)
-
-        def prune(tuner, kwargs):
-            configs = orig_prune(tuner, kwargs)
-            if not policy.is_fla(tuner):
-                return configs
-            chosen = select_configs(configs, policy.max_configs, policy.select)
-            t0 = time.perf_counter()
-            err = policy.precompile(tuner, chosen, kwargs) if policy.parallel else None
-            tuner._lethe_event = {"declared": len(tuner.configs), "after_fla_prune": len(configs),
-                                  "benchmarked": len(chosen), "precompile_s": round(time.perf_counter() - t0, 2),
-                                  "precompile_error": err}
-            return chosen
-
-        def run(tuner, *args, **kwargs):
-            if not policy.is_fla(tuner):
-                return orig_run(tuner, *args, **kwargs)
-            tuner.__dict__["do_bench"] = fast_bench  # shadows Autotuner's cached_property
-            t0 = time.perf_counter()
-            out = orig_run(tuner, *args, **kwargs)
-            ev = tuner.__dict__.pop("_lethe_event", None)
-            if ev is not None:
-                fn = tuner.base_fn
-                ev.update(kind="autotune", kernel=f"{fn.__module__}.{fn.__name__}", phase=policy.phase,
-                          wall_s=round(time.perf_counter() - t0, 2),
-                          bench_s=round(getattr(tuner, "bench_time", float("nan")), 2),
-                          best=str(getattr(tuner, "best_config", None)), max_configs=policy.max_configs,
-                          select=policy.select)
-                policy.events.append(ev)
-                if policy.sink:
-                    policy.sink(ev)
-            return out
-
-        Autotuner.__init__, Autotuner.prune_configs, Autotuner.run = init, prune, run
-        self._restore = (Autotuner, orig_init, orig_prune, orig_run)
-        self.installed = True
-
-    def uninstall(self) -> None:
-        if self.installed:
-            cls, i, p, r = self._restore
-            cls.__init__, cls.prune_configs, cls.run = i, p, r
-            self.installed = False
-
-    def precompile(self, tuner, configs, kwargs) -> str | None:
-        """Compile every config of this tuning at once in threads (Triton's AsyncCompileMode), so the
-        autotuner's sequential benchmark finds each binary already in the JIT cache. Errors are left for the
-        benchmark to meet again (it maps OutOfResources / PTXASError to an infinite time, as without us)."""
-        try:
-            from concurrent.futures import ThreadPoolExecutor
-
-            from triton.runtime._async_compile import AsyncCompileMode
-        except ImportError as exc:  # older Triton: plain sequential autotuning
-            return f"no AsyncCompileMode: {exc}"
-        args = list(tuner.nargs.values())
-        try:
-            with ThreadPoolExecutor(max_workers=self.workers) as ex, AsyncCompileMode(ex, ignore_errors=True):
-                for cfg in configs:
-                    kw = dict(kwargs)
-                    kw.update(cfg.all_kwargs())
-                    kw["warmup"] = True
-                    tuner.fn.run(*args, **kw)
-        except Exception as exc:  # noqa: BLE001 - a failed pre-compile only costs time, never correctness
-            return f"{type(exc).__name__}: {exc}"[:300]
-        return None
-
-    def reset(self, reason: str) -> int:
-        """Forget every fla tuning (in memory, and stop reading Triton's on-disk autotune cache, whose key
-        ignores shapes) so the next call of each kernel tunes again at the current shape."""
-        n = 0
-        for t in self.tuners:
-            n += len(t.cache)
-            t.cache.clear()
-            t.cache_results = False
-        if self.sink:
-            self.sink({"kind": "autotune_reset", "reason": reason, "entries_cleared": n, "phase": self.phase})
-        return n
 
 
 # ----------------------------------------------------------------------------------------------------------
 # calls
 
 
-def _ladder():
-    spec = importlib.util.spec_from_file_location("gdn_ladder_for_fla_compare", ROOT / "experiments/gdn/ladder.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
-def fla_fn(member: str):
-    """The fla op of ``member`` as ``f(leaves: dict, scale) -> o`` (fla must be importable)."""
-    import importlib
-
-    mod, _, name = MEMBERS[member]["fla_op"].rpartition(".")
-    op = getattr(importlib.import_module(mod), name)
-    if member == "gdn":
-        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], scale=s)[0]
-    if member in ("sgdn", "kda"):
-        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], x["beta"], scale=s)[0]
-    if member == "gla":
-        return lambda x, s: op(x["q"], x["k"], x["v"], x["g"], scale=s)[0]
-    if member == "ssd":
-        return lambda x, s: op(x["q"], x["k"], x["v"], g=x["g"], scale=s)[0]
-    if member == "la":
-        return lambda x, s: op(x["q"], x["k"], x["v"], g=None, scale=s)[0]
-    raise KeyError(member)
 
 
-def ours_fn(member: str, backend: str, chunk: int, **fwd_options):
-    """Our chunk_family on ``member`` as ``f(leaves, scale) -> o`` (sgdn: the kda member with its per-head g,
-    which chunk_family broadcasts over K itself and whose gradient it sums in float32 before rounding).
-    ``fwd_options`` (dot_precision, wy_inverse) go to chunk_family unchanged."""
-    from lethe.kernels.gdn.autograd import chunk_family
-
-    m = MEMBERS[member]["ours_member"]
-
-    def f(x, s):
-        g = x.get("g")
-        b = x.get("beta") if m == "kda" else x.get("b")
-        return chunk_family(x["q"], x["k"], x["v"], g, b, x.get("w"), member=m, scale=s, chunk=chunk,
-                            backend=backend, **fwd_options)[0]
-
-    return f
 
 
-def oracle_fn(member: str):
-    """float64 output of ``member`` from its own definition (lethe.kernels.gdn.reference)."""
-    from lethe.kernels.gdn import reference as R
-
-    def f(x, s):
-        q, k, v = x["q"], x["k"], x["v"]
-        if member == "sgdn":
-            g = x["g"].unsqueeze(-1).expand(*x["g"].shape, q.shape[-1])
-            return R.kda(q, k, v, g, x["beta"], s)[0]
-        b = x.get("beta") if member == "kda" else x.get("b")
-        return R.member_reference(member, q, k, v, x.get("g"), b, x.get("w"), scale=s)
-
-    return f
 
 
-def grad_name(n: str) -> str:
-    return "d" + n
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -444,7 +176,6 @@ class Run:
     rows: list = field(default_factory=list)
     seen: set = field(default_factory=set)
     policy: FlaAutotunePolicy | None = None
-    ladder: object = None
     ceilings: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
@@ -469,14 +200,8 @@ def log(msg: str) -> None:
     print(f"[flacmp {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max|x - ref| / max|ref| (ladder.py's metric), computed in float64."""
-    x, ref = x.detach().double(), ref.detach().double()
-    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
 
 
-def nonfinite(t: torch.Tensor) -> int:
-    return int((~torch.isfinite(t.detach())).sum())
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -699,51 +424,16 @@ def precompile_ours(run: Run, combos) -> None:
 
 
 def measure_ceilings(run: Run) -> None:
-    """bf16 and TF32 dense matmul rate and device-to-device copy bandwidth, each the median of 10 timed runs."""
+    """The device's bf16 / TF32 matmul rates and copy bandwidth (:func:`lethe.perf.roofline.measure_ceilings`)."""
     if run.device != "cuda":
         run.ceilings = {"measured": False, "reason": "no GPU (dry run)"}
         run.emit({"kind": "ceilings", **run.ceilings})
         return
-
-    def timed(fn, reps=10, warm=3):
-        for _ in range(warm):
-            fn()
-        torch.cuda.synchronize()
-        ts = []
-        for _ in range(reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            fn()
-            e1.record()
-            torch.cuda.synchronize()
-            ts.append(e0.elapsed_time(e1))
-        return statistics.median(ts)
-
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    ms = timed(lambda: a @ b)
-    bf16 = 2 * n**3 / (ms * 1e-3) / 1e12
-    a, b = a.float(), b.float()
-    prev = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = True
-    try:
-        ms32 = timed(lambda: a @ b)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = prev
-    tf32 = 2 * n**3 / (ms32 * 1e-3) / 1e12
-    a = b = None  # free before the copy buffers
-    x = torch.empty(2**31, device="cuda", dtype=torch.uint8)
-    y = torch.empty_like(x)
-    msc = timed(lambda: y.copy_(x))
-    copy = 2 * x.numel() / (msc * 1e-3) / 1e12  # read + write
-    x = y = None
-    torch.cuda.empty_cache()
-    run.ceilings = {"measured": True, "bf16_matmul_tflops": bf16, "tf32_matmul_tflops": tf32,
-                    "copy_tbps": copy, "method": "median of 10 CUDA-event timings: 8192^3 matmul (bf16; fp32 "
-                    "with TF32 allowed), copy of 2 GiB counted as read + write"}
+    run.ceilings = device_ceilings()
     run.emit({"kind": "ceilings", **run.ceilings, "spec": SPEC_H200})
-    log(f"ceilings: bf16 {bf16:.0f} TFLOP/s, tf32 {tf32:.0f} TFLOP/s, copy {copy:.2f} TB/s")
+    c = run.ceilings
+    log(f"ceilings: bf16 {c['bf16_matmul_tflops']:.0f} TFLOP/s, tf32 {c['tf32_matmul_tflops']:.0f} TFLOP/s, "
+        f"copy {c['copy_tbps']:.2f} TB/s")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -763,21 +453,13 @@ def _impl_call(run: Run, impl: str, member: str):
     raise KeyError(impl)
 
 
-def _bypass(active: bool):
-    import contextlib
-
-    if not active:
-        return contextlib.nullcontext()
-    from lethe.foreign import fla640
-
-    return fla640.bypass()
 
 
 def fwd_bwd(run: Run, impl: str, member: str, leaves: dict, do: torch.Tensor, scale: float):
     """One forward + backward; returns (o, {grad name: grad}, seconds, bypassed)."""
     fn, guarded = _impl_call(run, impl, member)
     t0 = time.perf_counter()
-    with _bypass(guarded):
+    with bypass(guarded):
         o = fn(leaves, scale)
         grads = torch.autograd.grad(o, list(leaves.values()), do)
     run.sync()
@@ -787,13 +469,7 @@ def fwd_bwd(run: Run, impl: str, member: str, leaves: dict, do: torch.Tensor, sc
 def _inputs_correct(run: Run, member: str, V: int, T: int) -> tuple[dict, torch.Tensor]:
     """The ladder's inputs (float64 master on the CPU, same seed), rounded to the run's dtypes, on the device."""
     a = run.args
-    x = run.ladder.make_inputs(a.batch, T, a.heads, run.K, V, a.seed, "cpu",
-                               member="ssd" if MEMBERS[member]["scalar_gate"] else member)
-    low = {}
-    for n in MEMBERS[member]["leaves"]:
-        dt = run.g_dtype if n == "g" else run.dtype
-        low[n] = x[n].to(dt).to(run.device)
-    return low, x["do"].to(run.dtype).to(run.device)
+    return rounded_inputs(member, a.batch, T, a.heads, run.K, V, a.seed, run.dtype, run.device, g_dtype=run.g_dtype)
 
 
 def guard_probe(run: Run, member: str, low: dict, do: torch.Tensor, scale: float) -> dict:
@@ -904,26 +580,6 @@ def _maybe_cap_fla(run: Run, first_call_s: float, member: str, V: int) -> None:
 # (b) timing
 
 
-def bench_inputs(member: str, B: int, T: int, H: int, K: int, V: int, dtype, g_dtype, seed: int, device: str):
-    """The ladder's distributions drawn on the device: L2-normalised keys, g = logsigmoid(N + 2), b in [0, 2],
-    w and beta in [0, 1]; leaves require grad. Returns (leaves, do)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
-    rn = lambda *s: torch.randn(*s, generator=gen, device=device)  # noqa: E731
-    ru = lambda *s: torch.rand(*s, generator=gen, device=device)  # noqa: E731
-    spec = MEMBERS[member]
-    x = {"q": rn(B, T, H, K), "k": torch.nn.functional.normalize(rn(B, T, H, K), dim=-1), "v": rn(B, T, H, V)}
-    if "g" in spec["leaves"]:
-        gs = (B, T, H) if spec["scalar_gate"] else (B, T, H, K)
-        x["g"] = torch.nn.functional.logsigmoid(rn(*gs) + 2.0)
-    if "b" in spec["leaves"]:
-        x["b"] = 2.0 * ru(B, T, H, K)
-    if "w" in spec["leaves"]:
-        x["w"] = ru(B, T, H, V)
-    if "beta" in spec["leaves"]:
-        x["beta"] = ru(B, T, H)
-    leaves = {n: x[n].to(g_dtype if n == "g" else dtype).requires_grad_() for n in spec["leaves"]}
-    do = rn(B, T, H, V).to(dtype)
-    return leaves, do
 
 
 def _slice_check(run: Run, member: str, leaves: dict, do: torch.Tensor, results: dict, scale: float) -> dict:
@@ -969,30 +625,6 @@ def skip_native_at_size(run: Run, member: str, V: int, T: int) -> None:
                         f"B*H*T = {a.native_head_tokens} (bench_native cells)"})
 
 
-@contextlib.contextmanager
-def count_native_k1():
-    """Counts calls of the native K1's host wrapper while active. The native backend silently keeps the torch
-    scan for CPU or float64 inputs, so a count of zero is how a row tells that the CuTe kernel did not run."""
-    counter = {"calls": None}
-    try:
-        from lethe.kernels.gdn.native import api
-        orig = api.native_reverse_state_scan
-    except (ImportError, AttributeError):  # the wrapper moved: report "unknown" rather than fail the cell
-        api = None
-    if api is None:
-        yield counter
-        return
-    counter["calls"] = 0
-
-    def counted(*args, **kwargs):
-        counter["calls"] += 1
-        return orig(*args, **kwargs)
-
-    api.native_reverse_state_scan = counted
-    try:
-        yield counter
-    finally:
-        api.native_reverse_state_scan = orig
 
 
 def native_labels(run: Run, k1_calls: int | None) -> dict:
@@ -1009,52 +641,8 @@ def native_labels(run: Run, k1_calls: int | None) -> dict:
             "native_k1_calls": k1_calls}
 
 
-def check_row(base: dict, vs_ours: dict, nonfinite_by_impl: dict, vs_slice: dict, gate: float) -> dict:
-    """The ``bench_check`` row of a cell from its error dicts.
-
-    ``vs_ours``: {impl: {tensor: max|impl - ours| / max|ours|}} for every impl other than ours;
-    ``vs_slice``: {impl: {tensor: error vs the float64 slice}}, or {"skipped"/"error": why};
-    ``gate``: the worst relative error an impl may show and still be timed (0: only non-finite values gate).
-    """
-    row = {"kind": "bench_check", **base}
-    by = {}
-    for impl, errs in vs_ours.items():
-        by[impl] = {"impl": impl, "errors": errs, "worst_rel_err": max(errs.values()),
-                    "worst_tensor": max(errs, key=errs.get), "metric": "max|impl - ours| / max|ours|"}
-    if by:
-        row["vs_ours"] = next(iter(by.values()))  # the first other impl (fla): the field part (a)'s readers know
-        row["vs_ours_by_impl"] = by
-    row["nonfinite"] = dict(nonfinite_by_impl)
-    if "skipped" in vs_slice or "error" in vs_slice:
-        row["vs_float64_slice"] = dict(vs_slice)
-    else:
-        row["vs_float64_slice"] = {impl: {"errors": e, "worst_rel_err": max(e.values()),
-                                          "worst_tensor": max(e, key=e.get)} for impl, e in vs_slice.items()}
-    row["gate"] = {"max_rel": gate, "failed": gate_failures(row, gate)}
-    return row
 
 
-def gate_failures(check: dict, gate: float) -> dict:
-    """{impl: why it must not be timed}. The float64 slice judges every impl it covers; where there is none,
-    impls other than ours are judged against ours (ours itself is validated by the ladder and the CPU tests)."""
-    out = {}
-    sl = check.get("vs_float64_slice") or {}
-    have_slice = not ("skipped" in sl or "error" in sl)
-    for impl, n in check.get("nonfinite", {}).items():
-        if n:
-            out[impl] = f"{n} non-finite values in o or the gradients"
-            continue
-        if not gate:
-            continue
-        if have_slice and impl in sl:
-            e = sl[impl]
-            if e["worst_rel_err"] > gate:
-                out[impl] = f"{e['worst_rel_err']:.2e} ({e['worst_tensor']}) vs the float64 slice > {gate:g}"
-        elif impl in check.get("vs_ours_by_impl", {}):
-            e = check["vs_ours_by_impl"][impl]
-            if e["worst_rel_err"] > gate:
-                out[impl] = f"{e['worst_rel_err']:.2e} ({e['worst_tensor']}) vs ours > {gate:g}"
-    return out
 
 
 def timing_rows(run: Run, impl: str, base: dict, counts: dict, samples: dict, reps: int, nsets: int,
@@ -1169,7 +757,7 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
             run.policy.phase = f"bench {member} V={V} T={T} (timing)"
         fn, guarded = _impl_call(run, impl, member)
         try:
-            with _bypass(guarded):
+            with bypass(guarded):
                 samples, reps, iter_s = _time_impl(run, fn, sets, scale)
         except Exception as exc:  # noqa: BLE001
             run.emit({"kind": "bench", "impl": impl, **base, "status": "error",
@@ -1192,43 +780,23 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
 
 
 def _time_impl(run: Run, fn, sets, scale):
-    """Warm-up, then reps x sets timed iterations; reps shrink to what the budget allows (>= --min-reps,
-    else nothing is timed). Returns ({"fwd", "bwd", "total"} -> ms lists, reps, seconds per iteration)."""
+    """Warm-up, then reps x sets timed iterations (forward, then backward, between events of the one runner,
+    :func:`lethe.perf.timing.time_stages`); reps shrink to what the budget allows (>= --min-reps, else nothing is
+    timed). Returns ({"fwd", "bwd", "total"} -> ms lists, reps, seconds per iteration)."""
     a = run.args
     cuda = run.device == "cuda"
-
-    def once(leaves, do):
-        if cuda:
-            e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-            e0.record()
-            o = fn(leaves, scale)
-            e1.record()
-            torch.autograd.grad(o, list(leaves.values()), do)
-            e2.record()
-            torch.cuda.synchronize()
-            return e0.elapsed_time(e1), e1.elapsed_time(e2), e0.elapsed_time(e2)
-        t0 = time.perf_counter()
-        o = fn(leaves, scale)
-        t1 = time.perf_counter()
-        torch.autograd.grad(o, list(leaves.values()), do)
-        t2 = time.perf_counter()
-        return (t1 - t0) * 1e3, (t2 - t1) * 1e3, (t2 - t0) * 1e3
-
+    stages = [lambda i, _: fn(sets[i % len(sets)][0], scale),
+              lambda i, o: torch.autograd.grad(o, list(sets[i % len(sets)][0].values()), sets[i % len(sets)][1])]
     w0 = time.perf_counter()
-    for i in range(max(1, a.warmup)):
-        once(*sets[i % len(sets)])
+    time_stages(stages, max(1, a.warmup), cuda=cuda)
     iter_s = (time.perf_counter() - w0) / max(1, a.warmup)
     room = run.left() - a.reserve_s
     reps = min(a.reps, int(room / max(iter_s * len(sets), 1e-6)))
     samples = {"fwd": [], "bwd": [], "total": []}
     if reps < min(a.min_reps, a.reps):
         return samples, 0, iter_s
-    for _ in range(reps):
-        for leaves, do in sets:
-            f, b, t = once(leaves, do)
-            samples["fwd"].append(f)
-            samples["bwd"].append(b)
-            samples["total"].append(t)
+    t = time_stages(stages, reps * len(sets), cuda=cuda)
+    samples.update(fwd=t.stages[0], bwd=t.stages[1], total=t.total)
     return samples, reps, iter_s
 
 
@@ -1500,7 +1068,6 @@ def main(argv=None) -> dict:
         register()  # chunk_family(backend="native") dispatches through NATIVE_BACKENDS["default"]
     run = Run(args=args, out=out, device=device, dtype=getattr(torch, args.dtype), g_dtype=getattr(torch, args.g_dtype),
               K=args.dk, C=args.chunk, impls=impls, bench_impls=bench_impls)
-    run.ladder = _ladder()
     rows_path = out / "rows.jsonl"
     earlier = [json.loads(x) for x in rows_path.read_text().splitlines() if x.strip()] if rows_path.exists() else []
     if earlier and not args.append:

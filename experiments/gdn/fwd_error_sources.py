@@ -36,9 +36,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "experiments" / "gdn"))
 
 STAGES = ("A", "WU", "state", "output")
 K1_P = "K1_P"  # the backward's P for K1 (kernels/gdn/native/k1_operands.py), made at the forward's dot precision
@@ -156,8 +153,8 @@ def cases():
 
 
 def run_arm(member, V, T, seed, log=print) -> list[dict]:
-    import ladder as L
     from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn import inputs as L
     from lethe.kernels.gdn.reference import gates_for_member
 
     x = L.make_inputs(1, T, 2, 128, V, seed, "cpu", member)

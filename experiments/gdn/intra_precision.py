@@ -20,41 +20,21 @@ are compared per cell:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
+from lethe.kernels.gdn.bench import oracle_fn, ours_fn, parse_cells, rounded_inputs
+from lethe.kernels.gdn.inputs import rel_err
+
+from lethe.perf.timing import time_ms
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 SCHEMA = "lethe.gdn.intra_precision/1"
 PIN = 5e-3  # the ladder's end-to-end pin
-
-
-def _fla_compare():
-    spec = importlib.util.spec_from_file_location("fla_compare_for_intra", ROOT / "experiments/gdn/fla_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def parse_cells(text: str) -> list[tuple[str, int, int]]:
-    """``member:d_v:T,...`` -> [(member, d_v, T), ...]."""
-    cells = []
-    for item in text.split(","):
-        parts = item.split(":")
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-            raise SystemExit(f"--cells: {item!r} is not member:d_v:T")
-        cells.append((parts[0], int(parts[1]), int(parts[2])))
-    return cells
 
 
 def parse_variant(text: str) -> tuple[str, dict]:
@@ -64,18 +44,6 @@ def parse_variant(text: str) -> tuple[str, dict]:
     if not sep or not name or name == "default":
         raise SystemExit(f"--variant {text!r}: expected NAME=intra_bwd_kernel:KEY=VAL[,KEY=VAL] (NAME not 'default')")
     return name, overrides_from_cli([spec], option="--variant")
-
-
-def inputs(fc, member: str, B: int, H: int, K: int, V: int, T: int, seed: int, dtype, device):
-    """fla_compare's inputs for ``member`` (the ladder's float64 masters, rounded to ``dtype``) and the cotangent."""
-    lad = fc._ladder()
-    x = lad.make_inputs(B, T, H, K, V, seed, "cpu", member="ssd" if fc.MEMBERS[member]["scalar_gate"] else member)
-    low = {n: x[n].to(dtype).to(device) for n in fc.MEMBERS[member]["leaves"]}
-    return low, x["do"].to(dtype).to(device)
-
-
-def errors_against(got: dict, ref: dict) -> dict:
-    return {n: float((got[n].double() - ref[n]).abs().max() / ref[n].abs().max()) for n in ref}
 
 
 def main(argv=None):
@@ -101,7 +69,6 @@ def main(argv=None):
 
     from lethe import provenance
 
-    fc = _fla_compare()
     cells = parse_cells(args.cells)
     variants = [("default", {})] + [parse_variant(v) for v in args.variant]
     # bf16 is not trustworthy under the interpreter (pitfalls.md): the smoke run is float32
@@ -125,13 +92,13 @@ def main(argv=None):
         if args.budget_s and time.time() - t_start > args.budget_s:
             emit({"schema": SCHEMA, "kind": "skip", "member": member, "V": V, "T": T, "reason": "budget"})
             continue
-        low, do = inputs(fc, member, 1, H, K, V, T, args.seed, dt, dev)
+        low, do = rounded_inputs(member, 1, T, H, K, V, args.seed, dt, dev)
         leaves64 = {n: t.double().requires_grad_() for n, t in low.items()}
-        ref = fc.oracle_fn(member)(leaves64, scale)
+        ref = oracle_fn(member)(leaves64, scale)
         grads = torch.autograd.grad(ref, list(leaves64.values()), do.double())
         ref_t = {"o": ref.detach(), **{"d" + n: g for n, g in zip(leaves64, grads, strict=True)}}
         del leaves64, ref, grads
-        fn = fc.ours_fn(member, "triton", 64)
+        fn = ours_fn(member, "triton", 64)
         for vname, launch in variants:
             with overridden(launch) as entries:
                 results = []
@@ -142,30 +109,16 @@ def main(argv=None):
                     results.append({"o": o.detach(), **{"d" + n: x for n, x in zip(lv, g, strict=True)}})
                 sync()
                 bitwise = all(torch.equal(results[0][n], results[1][n]) for n in results[0])
-                errs = errors_against(results[0], ref_t)
+                errs = {n: rel_err(results[0][n], ref_t[n]) for n in ref_t}
                 worst = max(errs, key=errs.get)
                 del results
                 times = []
                 for s in range(args.sets):
-                    lo, d = inputs(fc, member, 1, H, K, V, T, args.seed + s, dt, dev) if s else (low, do)
+                    lo, d = rounded_inputs(member, 1, T, H, K, V, args.seed + s, dt, dev) if s else (low, do)
                     lv = {n: t.clone().requires_grad_() for n, t in lo.items()}
-                    ms = []
-                    for i in range(args.warmup + args.reps):
-                        o = fn(lv, scale)
-                        sync()
-                        if args.cpu_smoke:
-                            t0 = time.perf_counter()
-                            torch.autograd.grad(o, list(lv.values()), d)
-                            elapsed = 1e3 * (time.perf_counter() - t0)
-                        else:
-                            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                            a.record()
-                            torch.autograd.grad(o, list(lv.values()), d)
-                            b.record()
-                            torch.cuda.synchronize()
-                            elapsed = a.elapsed_time(b)
-                        if i >= args.warmup:
-                            ms.append(elapsed)
+                    # the backward alone: the forward is the untimed setup of each iteration
+                    ms = time_ms(lambda i, o, lv=lv, d=d: torch.autograd.grad(o, list(lv.values()), d), args.reps,
+                                 cuda=not args.cpu_smoke, warmup=args.warmup, setup=lambda i, lv=lv, fn=fn: fn(lv, scale))
                     times.append(statistics.median(ms))
                 emit({"schema": SCHEMA, "kind": "cell", "member": member, "V": V, "T": T, "B": 1, "H": H, "K": K,
                       "dtype": str(dt).replace("torch.", ""), "variant": vname, "launch_overrides": launch,

@@ -22,18 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
 
-from lethe.kernels.gdn.fwd_options import (  # noqa: E402
+from lethe.kernels.gdn.fwd_options import (
     DOT_PRECISION_DEFAULT,
     DOT_PRECISIONS,
     OUTPUT_PRECISION_DEFAULT,
@@ -42,57 +38,10 @@ from lethe.kernels.gdn.fwd_options import (  # noqa: E402
     WY_INVERSES,
     resolve_output_precision,
 )
+from lethe.kernels.gdn.inputs import PIN_E2E, family_member, make_inputs, member_args, oracle_output, rel_err
 
-PIN_E2E = 5e-3  # the paper's end-to-end pin
 PIN_TILE = 1e-5  # float32 tile vs float64 of the same tile
 GRAD_NAMES = ("dq", "dk", "dv", "dg", "db", "dw")
-
-
-def rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
-    x, ref = x.detach().double(), ref.detach().double()
-    return float((x - ref).abs().max() / ref.abs().max().clamp_min(1e-300))
-
-
-def make_inputs(B, T, H, K, V, seed, device, member="gdn"):
-    """float64 master inputs: L2-normalised keys, log-decays logsigmoid(x+2) (chunk-local sums stay far above the
-    float32 floor of the factored decay), erase in [0, 2], write and beta in [0, 1]."""
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)
-    u = lambda *s: torch.rand(*s, generator=gen, dtype=torch.float64)
-    q = r(B, T, H, K)
-    k = F.normalize(r(B, T, H, K), dim=-1)
-    v = r(B, T, H, V)
-    # ssd and sgdn (KDA with one decay per head: the scalar-gate gated delta rule) take a per-head g [B, T, H]
-    g = F.logsigmoid(r(B, T, H) + 2.0) if member in ("ssd", "sgdn") else F.logsigmoid(r(B, T, H, K) + 2.0)
-    b = 2.0 * u(B, T, H, K)
-    w = u(B, T, H, V)
-    beta = u(B, T, H)
-    do = r(B, T, H, V)
-    return {n: x.to(device) for n, x in dict(q=q, k=k, v=v, g=g, b=b, w=w, beta=beta, do=do).items()}
-
-
-def member_args(member, x):
-    names = ["q", "k", "v"] + (["g"] if member != "la" else []) + (["b"] if member in ("kda", "sgdn", "gdn") else []) + (
-        ["w"] if member == "gdn" else [])
-    src = dict(x)
-    if member in ("kda", "sgdn"):
-        src["b"] = x["beta"]
-    return names, src
-
-
-def family_member(member: str) -> str:
-    """chunk_family's member for a ladder member: sgdn is KDA with a per-head g (which chunk_family runs on the
-    scalar-gate kernels, kernels/gdn/scalar_gate.py, under the Triton-based backends)."""
-    return "kda" if member == "sgdn" else member
-
-
-def oracle_output(member, q, k, v, g=None, b=None, w=None):
-    """The float64 output of a ladder member from its own definition (sgdn: KDA's, its g broadcast over d_k)."""
-    from lethe.kernels.gdn import reference as R
-
-    if member == "sgdn":
-        return R.kda(q, k, v, g.unsqueeze(-1).expand(*g.shape, q.shape[-1]), b)[0]
-    return R.member_reference(member, q, k, v, g, b, w)
 
 
 def rung_tile(device, K, V, C, T, seed, smoke, fwd_options=None):

@@ -26,75 +26,60 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
+import torch
+from lethe.kernels.gdn.bench import bench_inputs, bypass, fla_fn, ours_fn
+from lethe.kernels.gdn.inputs import rel_err
 
-import torch  # noqa: E402
+from lethe.perf.timing import summary_ms, time_ms
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SCHEMA = "lethe.gdn.scalar_gate_bench/1"
 PIN = 5e-3
 
 
-def _load_fla_compare():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fla_compare", ROOT / "experiments/gdn/fla_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fla_compare"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def impl_fn(fc, impl: str):
+def impl_fn(impl: str):
     if impl == "fla":
-        return fc.fla_fn("sgdn"), True
+        return fla_fn("sgdn"), True
     if impl == "ours":
-        return fc.ours_fn("sgdn", "triton", 64), False
+        return ours_fn("sgdn", "triton", 64), False
     if impl == "general":
-        return fc.ours_fn("sgdn", "triton", 64, gate_form="general"), False
+        return ours_fn("sgdn", "triton", 64, gate_form="general"), False
     if impl == "general-tc":
-        return fc.ours_fn("sgdn", "hybrid-tc", 64, gate_form="general"), False
+        return ours_fn("sgdn", "hybrid-tc", 64, gate_form="general"), False
     raise ValueError(impl)
 
 
-def rel(a, b) -> float:
-    a, b = a.double(), b.double()
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
-def run_grads(fc, fn, guarded, leaves, do, scale):
-    with fc._bypass(guarded):
+def run_grads(fn, guarded, leaves, do, scale):
+    with bypass(guarded):
         o = fn(leaves, scale)
         grads = torch.autograd.grad(o, list(leaves.values()), do)
     return {"o": o.detach(), **{f"d{n}": g for n, g in zip(leaves, grads, strict=True)}}
 
 
-def correctness(fc, impls, V, T, args, log) -> list[dict]:
+def correctness(impls, V, T, args, log) -> list[dict]:
     """First head of the first sequence against float64 (heads and sequences are independent)."""
     B = max(1, args.check_head_tokens // (args.H * T))
-    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
     scale = args.K ** -0.5
     sl = lambda t: t[0:1, :, 0:1]  # noqa: E731
     x64 = {n: sl(t.detach()).double().requires_grad_() for n, t in leaves.items()}
-    ref = run_grads(fc, fc.ours_fn("sgdn", "torch", 64), False, x64, sl(do).double(), scale)
+    ref = run_grads(ours_fn("sgdn", "torch", 64), False, x64, sl(do).double(), scale)
     rows = []
     for impl in impls:
-        fn, guarded = impl_fn(fc, impl)
-        got = run_grads(fc, fn, guarded, leaves, do, scale)
-        errs = {n: rel(sl(got[n]), ref[n]) for n in ref}
+        fn, guarded = impl_fn(impl)
+        got = run_grads(fn, guarded, leaves, do, scale)
+        errs = {n: rel_err(sl(got[n]), ref[n]) for n in ref}
         row = {"impl": impl, "V": V, "T": T, "B": B, "H": args.H, "errors_vs_float64": {n: float(f"{e:.4g}") for n, e in errs.items()},
                "worst": max(errs.values()), "worst_tensor": max(errs, key=errs.get),
                "finite": all(bool(torch.isfinite(x).all()) for x in got.values())}
         row["within_pin"] = row["finite"] and row["worst"] <= PIN
         if impl == "ours":
-            again = run_grads(fc, fn, guarded, leaves, do, scale)
+            again = run_grads(fn, guarded, leaves, do, scale)
             row["bitwise_repeat"] = all(torch.equal(got[n], again[n]) for n in got)
         rows.append(row)
         log(f"check {impl:<8} V={V} T={T}: worst {row['worst']:.3e} ({row['worst_tensor']}) finite={row['finite']}"
@@ -102,19 +87,19 @@ def correctness(fc, impls, V, T, args, log) -> list[dict]:
     return rows
 
 
-def time_impl(fc, impl, V, T, args) -> dict:
+def time_impl(impl, V, T, args) -> dict:
     B = args.head_tokens // (args.H * T)
-    fn, guarded = impl_fn(fc, impl)
-    sets = [fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda")
+    fn, guarded = impl_fn(impl)
+    sets = [bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda")
             for i in range(args.sets)]
     scale = args.K ** -0.5
 
     def fwd(i):
-        with fc._bypass(guarded):
+        with bypass(guarded):
             return fn(sets[i][0], scale)
 
     def bwd(o, i):
-        with fc._bypass(guarded):
+        with bypass(guarded):
             return torch.autograd.grad(o, list(sets[i][0].values()), sets[i][1])
 
     t0 = time.perf_counter()
@@ -126,24 +111,21 @@ def time_impl(fc, impl, V, T, args) -> dict:
     torch.cuda.synchronize()
 
     def timed(region):
-        walls = []
-        for rep in range(args.reps * args.sets):
-            i = rep % args.sets
-            pre = fwd(i) if region == "bwd" else None
-            torch.cuda.synchronize()
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            if region == "bwd":
-                bwd(pre, i)
-            elif region == "fwd":
+        # bwd: the forward is each iteration's untimed setup; fwd runs under no_grad
+        n = args.reps * args.sets
+        if region == "bwd":
+            walls = time_ms(lambda rep, o: bwd(o, rep % args.sets), n, cuda=True,
+                            setup=lambda rep: fwd(rep % args.sets))
+        elif region == "fwd":
+            def fwd_only(rep):
                 with torch.no_grad():
-                    fwd(i)
-            else:
-                bwd(fwd(i), i)
-            e1.record()
-            torch.cuda.synchronize()
-            walls.append(e0.elapsed_time(e1))
-        return round(statistics.median(walls), 4), [round(min(walls), 4), round(max(walls), 4)]
+                    fwd(rep % args.sets)
+
+            walls = time_ms(fwd_only, n, cuda=True)
+        else:
+            walls = time_ms(lambda rep: bwd(fwd(rep % args.sets), rep % args.sets), n, cuda=True)
+        t = summary_ms(walls)
+        return t["median_ms"], t["spread_ms"]
 
     row = {"impl": impl, "V": V, "T": T, "B": B, "H": args.H, "K": args.K, "head_tokens": B * args.H * T,
            "first_call_s": round(first, 2), "input_sets": args.sets, "rounds": args.reps * args.sets}
@@ -152,13 +134,13 @@ def time_impl(fc, impl, V, T, args) -> dict:
     return row
 
 
-def kernel_breakdown(fc, V, T, args) -> dict:
+def kernel_breakdown(V, T, args) -> dict:
     """The scalar path's device kernels by name, forward and backward, summed over one call each."""
     from torch.profiler import ProfilerActivity, profile
 
     B = args.head_tokens // (args.H * T)
-    fn, _ = impl_fn(fc, "ours")
-    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    fn, _ = impl_fn("ours")
+    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
     scale = args.K ** -0.5
     o = fn(leaves, scale)
     torch.autograd.grad(o, list(leaves.values()), do)
@@ -182,30 +164,30 @@ def kernel_breakdown(fc, V, T, args) -> dict:
     return out
 
 
-def variants(fc, specs, V, T, args, log) -> list[dict]:
+def variants(specs, V, T, args, log) -> list[dict]:
     from lethe.kernels.gdn.launch_tables import overridden, overrides_from_cli
 
     B = max(1, args.head_tokens // (args.H * T))
-    leaves, do = fc.bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
+    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
     scale = args.K ** -0.5
-    fn, _ = impl_fn(fc, "ours")
-    base = run_grads(fc, fn, False, leaves, do, scale)
+    fn, _ = impl_fn("ours")
+    base = run_grads(fn, False, leaves, do, scale)
     rows = []
     for spec in specs:
         name, _, items = spec.partition("=")
         ov = overrides_from_cli(items.split(";"), option="--variant")
         with overridden(ov):
             try:
-                got = run_grads(fc, fn, False, leaves, do, scale)
+                got = run_grads(fn, False, leaves, do, scale)
             except Exception as exc:  # a variant that does not compile or launch is recorded, not fatal
                 rows.append({"variant": name, "overrides": ov, "V": V, "T": T, "error": repr(exc)[:300]})
                 log(f"variant {name}: {exc!r}"[:200])
                 continue
-            diff = max(rel(got[n], base[n]) for n in base)
+            diff = max(rel_err(got[n], base[n]) for n in base)
             bitwise = all(torch.equal(got[n], base[n]) for n in base)
             row = {"variant": name, "overrides": ov, "V": V, "T": T, "max_rel_vs_default": diff, "bitwise": bitwise}
             if diff <= args.variant_rel:
-                row.update({k: v for k, v in time_impl(fc, "ours", V, T, args).items()
+                row.update({k: v for k, v in time_impl("ours", V, T, args).items()
                             if k.endswith("_ms") or k.endswith("spread_ms")})
         rows.append(row)
         log(f"variant {name} V={V} T={T}: diff {diff:.2e} bitwise={bitwise} fwd_bwd {row.get('fwd_bwd_ms')}")
@@ -255,7 +237,6 @@ def main(argv=None):
         logf.flush()
 
     cells = lambda s: [tuple(int(x) for x in c.split(":")) for c in s.split(",") if c]  # noqa: E731
-    fc = _load_fla_compare()
     impls = args.impls.split(",")
     doc = {"schema": SCHEMA, "meta": {"argv": sys.argv[1:], "pin": PIN, "gpu": torch.cuda.get_device_name(),
                                       "torch": torch.__version__}, "correctness": [], "timing": [], "breakdown": {},
@@ -283,7 +264,7 @@ def main(argv=None):
             doc["skipped"].append(f"check {V}:{T}: budget")
             continue
         check_impls = [i for i in (args.check_impls.split(",") if args.check_impls else impls) if i in impls]
-        doc["correctness"] += correctness(fc, check_impls, V, T, args, log)
+        doc["correctness"] += correctness(check_impls, V, T, args, log)
         save()
     ok = all(r["within_pin"] and r.get("bitwise_repeat", True) for r in doc["correctness"] if r["impl"] == "ours")
     doc["meta"]["ours_correct"] = ok
@@ -299,7 +280,7 @@ def main(argv=None):
                 doc["skipped"].append(f"time {impl} {V}:{T}: budget")
                 continue
             try:
-                row = time_impl(fc, impl, V, T, args)
+                row = time_impl(impl, V, T, args)
             except Exception as exc:
                 row = {"impl": impl, "V": V, "T": T, "error": repr(exc)[:300]}
             doc["timing"].append(row)
@@ -310,7 +291,7 @@ def main(argv=None):
         if left() < 15:
             doc["skipped"].append(f"breakdown {V}:{T}: budget")
             continue
-        doc["breakdown"][f"{V}:{T}"] = kb = kernel_breakdown(fc, V, T, args)
+        doc["breakdown"][f"{V}:{T}"] = kb = kernel_breakdown(V, T, args)
         log(f"breakdown V={V} T={T}: fwd {kb['fwd_sum_ms']} ms, bwd {kb['bwd_sum_ms']} ms")
         for region in ("fwd", "bwd"):
             for n, ms in list(kb[region].items())[:8]:
@@ -320,7 +301,7 @@ def main(argv=None):
         if left() < 30:
             doc["skipped"].append(f"variants {V}:{T}: budget")
             continue
-        doc["variants"] += variants(fc, [s for s in args.variant], V, T, args, log)
+        doc["variants"] += variants([s for s in args.variant], V, T, args, log)
         save()
     doc["meta"]["seconds"] = round(time.time() - t_start, 1)
     save()

@@ -21,7 +21,6 @@ import argparse
 import json
 import math
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -31,8 +30,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
 
 
 def mqar_batch(gen, batch, n_keys, n_pairs, n_queries, device):

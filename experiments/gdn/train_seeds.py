@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
+TRAIN_FAMILY = Path(__file__).with_name("train_family.py")
 
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
@@ -55,12 +55,6 @@ def main(argv=None):
                          "on the fast path (what the kernels add without the bf16 rounding of their inputs)")
     ap.add_argument("--steps", type=int, default=None, help="steps per run (default: train_family's)")
     args = ap.parse_args(argv)
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("train_family", Path(__file__).with_name("train_family.py"))
-    tf = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tf)
-
     variants = [("default", [])] + [parse_variant(v) for v in args.variant]
     if args.fp32_control:
         variants.append(("fast_fp32", []))
@@ -74,7 +68,10 @@ def main(argv=None):
                 cli += ["--fast-dtype", "float32"] if vname == "fast_fp32" else []
                 cli += ["--cpu-smoke"] if args.cpu_smoke else []
                 cli += ["--steps", str(args.steps)] if args.steps else []
-                summary, results = tf.main(cli)
+                # each training run is its own process: train_family.py is a program, not a library
+                subprocess.run([sys.executable, str(TRAIN_FAMILY), *cli], check=True)
+                doc = json.loads((Path(tmp) / "run.json").read_text())
+                summary, results = doc["summary"], doc["members"]
                 r = results[args.member]
                 config = {k: v for k, v in summary["config"].items() if k != "seed"}
                 rows.append({

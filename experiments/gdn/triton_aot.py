@@ -22,19 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: the kernels must be JITFunctions
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
-import torch  # noqa: E402
-from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES  # noqa: E402
+import torch
+from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES
 
 SCHEMA = "lethe.gdn.triton_aot/1"
 KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel",

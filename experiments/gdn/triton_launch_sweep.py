@@ -30,12 +30,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
+from lethe.kernels.gdn.bench import bench_inputs
+from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT
+from lethe.kernels.gdn.launch_tables import overridden, table_for
 
-from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT  # noqa: E402
-from lethe.kernels.gdn.launch_tables import overridden, table_for  # noqa: E402
+from lethe.perf.timing import time_ms
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # candidates per kernel (each a partial override of the table entry); the default is always timed too
 CANDIDATES = {
@@ -90,7 +91,6 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
     from lethe.kernels.gdn.autograd import chunk_family
     from torch.profiler import ProfilerActivity, profile
 
-    fc_inputs = _bench_inputs()
     H, K = 2, 128
     # a WY kernel is timed inside its own variant; every other kernel inside the default forward
     wy = {"wy_fwd_kernel": "rows", "wy_fwd_blocked_kernel": "blocked"}.get(
@@ -99,7 +99,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
     row = {"kernel": kernel, "V": V, "T": T, "B": B, "H": H, "K": K, "dtype": "bfloat16", "wy_inverse": wy,
            "backend": args.backend,
            "config": {**default, **override}, "is_default": not override}
-    sets = [fc_inputs("gdn", B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda") for i in range(2)]
+    sets = [bench_inputs("gdn", B, T, H, K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda") for i in range(2)]
 
     def fn(x):
         return chunk_family(x["q"], x["k"], x["v"], x["g"], x["b"], x["w"], member="gdn", backend=args.backend,
@@ -119,14 +119,8 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
         for i in range(args.warmup):
             run_pass(fn, *sets[i % 2])
         torch.cuda.synchronize()
-        walls, kms, fwd_ms = [], [], []
-        for i in range(args.reps):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            run_pass(fn, *sets[i % 2])
-            e1.record()
-            torch.cuda.synchronize()
-            walls.append(e0.elapsed_time(e1))
+        walls = time_ms(lambda i: run_pass(fn, *sets[i % 2]), args.reps, cuda=True)
+        kms, fwd_ms = [], []
         for i in range(args.profile_reps):
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 run_pass(fn, *sets[i % 2])
@@ -163,16 +157,6 @@ def run_isolated(kernel: str, override: dict, V: int, T: int, B: int, args) -> d
         tail = (p.stderr or p.stdout).strip().splitlines()[-3:]
         return {**base, "status": "error", "returncode": p.returncode, "reason": " | ".join(tail)[-400:]}
     return json.loads(lines[-1][4:])
-
-
-def _bench_inputs():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("fla_compare_for_sweep", ROOT / "experiments/gdn/fla_compare.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fla_compare_for_sweep"] = mod
-    spec.loader.exec_module(mod)
-    return mod.bench_inputs
 
 
 def best_per_kernel(rows: list[dict]) -> dict:

@@ -50,10 +50,10 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
 
-from lethe.kernels.gdn import chunked  # noqa: E402
+from lethe.kernels.gdn import chunked
+
+from lethe.perf.timing import time_ms
 
 C = 64
 K = 128
@@ -90,25 +90,9 @@ def rel(a, b):
 
 
 def events_median(fn, sets, reps=10, warm=2):
-    """Median milliseconds of ``fn(s)`` over ``reps`` calls rotating through ``sets`` (after ``warm`` calls)."""
-    for i in range(warm):
-        fn(sets[i % len(sets)])
-    if DEV == "cpu":  # dry run: wall clock, only to exercise the plumbing
-        times = []
-        for i in range(reps):
-            t0 = time.perf_counter()
-            fn(sets[i % len(sets)])
-            times.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(times), min(times), max(times)
-    torch.cuda.synchronize()
-    times = []
-    for i in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(sets[i % len(sets)])
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    """(median, min, max) milliseconds of ``fn(s)`` over ``reps`` calls rotating through ``sets`` (after ``warm``
+    calls), from the one timing runner (wall clock in a CPU dry run, only to exercise the plumbing)."""
+    times = time_ms(lambda i: fn(sets[i % len(sets)]), reps, cuda=DEV != "cpu", warmup=warm)
     return statistics.median(times), min(times), max(times)
 
 

@@ -18,8 +18,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "experiments" / "gdn"))
 
 ROUNDED = ("P", "Kend", "Qg", "W", "dS copy", "dd copy")
 
@@ -56,8 +54,8 @@ def main(argv=None):
     ap.add_argument("--T", type=int, default=1024)
     ap.add_argument("--seed", type=int, default=20260829)  # the ladder's default seed
     args = ap.parse_args(argv)
-    import ladder as L
     from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn import inputs as L
     from lethe.kernels.gdn.reference import gates_for_member
 
     def err(a, r):

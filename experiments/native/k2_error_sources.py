@@ -22,9 +22,6 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "experiments" / "gdn"))
 
 POINTS = ("dd", "S0", "T", "Xe", "U", "dW", "dT", "Y")
 GRADS = ("dq", "dk", "dv", "dg", "db", "dw")
@@ -85,8 +82,8 @@ def main(argv=None):
     ap.add_argument("--dvs", default="128,64")
     ap.add_argument("--seed", type=int, default=20260829)  # the ladder's default seed
     args = ap.parse_args(argv)
-    import ladder as L
     from lethe.kernels.gdn import chunked
+    from lethe.kernels.gdn import inputs as L
     from lethe.kernels.gdn.reference import gates_for_member
 
     rows = []

@@ -21,20 +21,21 @@ Output: ``profile.json`` (one row per implementation and cell) and ``provenance.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from lethe.kernels.gdn.bench import MEMBERS, bench_inputs, bypass, chunk_counts, fla_fn, ours_fn
+
+from lethe.perf.roofline import roofline_ms
+from lethe.perf.timing import summary_ms, time_ms
+
 # (named kernel_profile, not profile: run as a script its folder comes first on sys.path, and a module called
 # "profile" there would shadow the standard library's, which cProfile and Triton import)
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 # Kernel families, matched on the demangled kernel name in this order (first match wins). cuBLAS on Hopper names
 # its kernels after CUTLASS too, so matmuls are matched before the CuTe DSL kernels.
@@ -88,14 +89,6 @@ def kernel_summary(events) -> dict:
                          sorted(fam.items(), key=lambda kv: -kv[1][1])},
             "top_kernels": [{"name": n[:160], "family": family(n), "calls": c, "ms": round(t * us, 4)}
                             for n, (c, t) in top]}
-
-
-def _load(path: str, name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # its dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
 
 
 IMPLS = ("ours", "fla", "native", "hybrid", "hybrid-tc")
@@ -179,7 +172,7 @@ def resolved_fwd_options(impl: str) -> dict:
     return got
 
 
-def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,
+def profile_cell(impl: str, member: str, B: int, H: int, T: int, K: int, V: int, args, ref_grads=None,
                  device: str = "cuda") -> dict:
     """One implementation on one cell: check against ``ref_grads`` (ours), time the backward, profile it.
     ``device="cpu"`` (tests only) runs the same code on the torch path with host timers and host op events."""
@@ -188,13 +181,13 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
 
     cuda = device == "cuda"
     base_impl, fwd_options = parse_impl(impl)
-    fn, guarded = {"fla": lambda: (fc.fla_fn(member), fc.MEMBERS[member]["guarded"]),
-                   "ours": lambda: (fc.ours_fn(member, "triton" if cuda else "torch", 64, **fwd_options), False),
-                   "native": lambda: (fc.ours_fn(member, "native", 64), False),
-                   "hybrid": lambda: (fc.ours_fn(member, "hybrid", 64, **fwd_options), False),
-                   "hybrid-tc": lambda: (fc.ours_fn(member, "hybrid-tc", 64, **fwd_options), False)}[base_impl]()
+    fn, guarded = {"fla": lambda: (fla_fn(member), MEMBERS[member]["guarded"]),
+                   "ours": lambda: (ours_fn(member, "triton" if cuda else "torch", 64, **fwd_options), False),
+                   "native": lambda: (ours_fn(member, "native", 64), False),
+                   "hybrid": lambda: (ours_fn(member, "hybrid", 64, **fwd_options), False),
+                   "hybrid-tc": lambda: (ours_fn(member, "hybrid-tc", 64, **fwd_options), False)}[base_impl]()
     dt = torch.bfloat16 if cuda else torch.float32
-    sets = [fc.bench_inputs(member, B, T, H, K, V, dt, dt, args.seed + i, device) for i in range(args.sets)]
+    sets = [bench_inputs(member, B, T, H, K, V, dt, dt, args.seed + i, device) for i in range(args.sets)]
     leaves, do = sets[0]
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     scale = K ** -0.5
@@ -202,11 +195,11 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
            "head_tokens": B * H * T, "fla_640_bypass": bool(guarded)}
 
     def fwd(i=0):
-        with fc._bypass(guarded):
+        with bypass(guarded):
             return fn(sets[i][0], scale)
 
     def bwd(o, i=0):
-        with fc._bypass(guarded):
+        with bypass(guarded):
             return torch.autograd.grad(o, list(sets[i][0].values()), sets[i][1])
 
     t0 = time.perf_counter()
@@ -224,44 +217,16 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     for _ in range(args.warmup):
         bwd(fwd())
     sync()
-    walls = []
-    for rep in range(args.reps * len(sets)):  # rotating over the input sets
-        i = rep % len(sets)
-        o = fwd(i)
-        sync()
-        if cuda:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            bwd(o, i)
-            e1.record()
-            torch.cuda.synchronize()
-            walls.append(e0.elapsed_time(e1))
-        else:
-            t0 = time.perf_counter()
-            bwd(o, i)
-            walls.append((time.perf_counter() - t0) * 1e3)
+    n = args.reps * len(sets)  # rotating over the input sets
+    # the backward alone, its forward the untimed setup of each iteration
+    walls = time_ms(lambda rep, o: bwd(o, rep % len(sets)), n, cuda=cuda, setup=lambda rep: fwd(rep % len(sets)))
     row["timed_iterations"] = len(walls)
     row["input_sets"] = len(sets)
-    row["bwd_wall_ms"] = round(statistics.median(walls), 4)
-    row["bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
+    t = summary_ms(walls)
+    row["bwd_wall_ms"], row["bwd_wall_spread_ms"] = t["median_ms"], t["spread_ms"]
     # forward + backward, a training step's share of this layer, timed the same way
-    walls = []
-    for rep in range(args.reps * len(sets)):
-        i = rep % len(sets)
-        sync()
-        if cuda:
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            bwd(fwd(i), i)
-            e1.record()
-            torch.cuda.synchronize()
-            walls.append(e0.elapsed_time(e1))
-        else:
-            t0 = time.perf_counter()
-            bwd(fwd(i), i)
-            walls.append((time.perf_counter() - t0) * 1e3)
-    row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
-    row["fwd_bwd_wall_spread_ms"] = [round(min(walls), 4), round(max(walls), 4)]
+    t = summary_ms(time_ms(lambda rep: bwd(fwd(rep % len(sets)), rep % len(sets)), n, cuda=cuda))
+    row["fwd_bwd_wall_ms"], row["fwd_bwd_wall_spread_ms"] = t["median_ms"], t["spread_ms"]
     prof_rows = []
     for _ in range(args.profile_reps):
         o = fwd()
@@ -296,16 +261,16 @@ def profile_cell(fc, impl: str, member: str, B: int, H: int, T: int, K: int, V: 
     return row, grads
 
 
-def floors(fc, member: str, B: int, T: int, V: int, ceilings: dict, H: int = 2, K: int = 128) -> dict:
-    """FLOPs and minimal bytes of the cell (the benchmark's count, fla_compare.chunk_counts: inputs and gradients
+def floors(member: str, B: int, T: int, V: int, ceilings: dict, H: int = 2, K: int = 128) -> dict:
+    """FLOPs and minimal bytes of the cell (the benchmark's count, lethe.kernels.gdn.bench.chunk_counts: inputs and gradients
     at bf16, every intermediate on chip) and the roofline floors of the backward and of forward + backward at
     the measured bf16 matmul rate and copy bandwidth."""
-    c = fc.chunk_counts(member, B, H, T, K, V)
+    c = chunk_counts(member, B, H, T, K, V)
     out = {"counts": {k: c[k] for k in ("fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "bwd_bytes_with_states")}}
     if ceilings.get("measured"):
         tf, bw = ceilings["bf16_matmul_tflops"], ceilings["copy_tbps"]
-        out["bwd_floor_ms"] = fc.roofline_ms(c["bwd_flops"], c["bwd_bytes"], tf, bw)
-        out["fwd_bwd_floor_ms"] = fc.roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
+        out["bwd_floor_ms"] = roofline_ms(c["bwd_flops"], c["bwd_bytes"], tf, bw)
+        out["fwd_bwd_floor_ms"] = roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
                                                  tf, bw)
     return out
 
@@ -338,21 +303,20 @@ def main(argv=None) -> dict:
 
     if not torch.cuda.is_available():
         raise SystemExit("profile.py needs a CUDA GPU")
-    fc = _load("experiments/gdn/fla_compare.py", "fla_compare_for_profile")
     impls = [i for i in args.impls.split(",") if i]
     if "fla" in impls:
-        policy = fc.FlaAutotunePolicy(bench_ms=(5.0, 20.0), workers=min(16, os.cpu_count() or 1))
+        from lethe.perf.fla_autotune import FlaAutotunePolicy
+
+        policy = FlaAutotunePolicy(bench_ms=(5.0, 20.0), workers=min(16, os.cpu_count() or 1))
         policy.install()  # before fla builds its autotuners: bounded first-call tuning, as in the benchmark
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows, start = [], time.time()
 
     # measured ceilings (the benchmark's own measurement), for the roofline floor of every row
-    from types import SimpleNamespace
+    from lethe.perf.roofline import measure_ceilings
 
-    probe = SimpleNamespace(device="cuda", ceilings={}, emit=lambda r: r)
-    fc.measure_ceilings(probe)
-    ceilings = probe.ceilings
+    ceilings = measure_ceilings()
 
     def save():
         doc = {"schema": "lethe.native.profile/1", "device": torch.cuda.get_device_name(), "rows": rows,
@@ -387,7 +351,7 @@ def main(argv=None) -> dict:
                 from lethe.kernels.gdn.launch_tables import overridden
 
                 with overridden(launch):
-                    row, grads = profile_cell(fc, impl, member, B, 2, T, 128, V, args, ref)
+                    row, grads = profile_cell(impl, member, B, 2, T, 128, V, args, ref)
                     if row_options:  # the Triton forward's launch table as it ran (KEND, DIRECT, ...)
                         from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
@@ -400,7 +364,7 @@ def main(argv=None) -> dict:
                 ref = grads
                 if impl not in impls:
                     continue
-            row.update(floors(fc, member, B, T, V, ceilings))
+            row.update(floors(member, B, T, V, ceilings))
             if row_options:
                 row["fwd_options"] = row_options
             rows.append(row)

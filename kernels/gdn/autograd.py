@@ -7,7 +7,7 @@ chunked forward and the explicit chunked backward of the chosen backend:
 * ``"torch"``  -- :mod:`lethe.kernels.gdn.chunked` (any device; the float32 reference path of the training runs);
 * ``"triton"`` -- :mod:`lethe.kernels.gdn.triton_fwd` / :mod:`lethe.kernels.gdn.triton_bwd` (CUDA, or the CPU interpreter
   when ``TRITON_INTERPRET=1``);
-* ``"native"`` -- a native backward registered by another module under ``lethe.kernels.gdn.NATIVE_BACKENDS``;
+* ``"native"`` -- a native backward registered in the leaf registry :mod:`lethe.kernels.gdn.backends`;
   refused with an explicit error when none is registered;
 * ``"hybrid"`` -- the Triton forward and intra-chunk backward with the native reverse state scan (K1), also
   from ``NATIVE_BACKENDS`` (:class:`lethe.kernels.gdn.native.backend.HybridGDN`);
@@ -29,6 +29,7 @@ import os
 import torch
 
 from . import chunked
+from .backends import BACKENDS, NATIVE_BACKENDS, NATIVE_KEYS
 from .fwd_options import (
     DOT_PRECISION_DEFAULT,
     GATE_FORM_DEFAULT,
@@ -37,11 +38,6 @@ from .fwd_options import (
     WY_INVERSE_DEFAULT,
 )
 from .reference import MEMBERS, gates_for_member
-
-BACKENDS = ("auto", "torch", "triton", "native", "hybrid", "hybrid-tc")
-# chunk_family backend -> its key in NATIVE_BACKENDS
-_NATIVE_KEYS = {"native": "default", "hybrid": "hybrid", "hybrid-tc": "hybrid-tc"}
-NATIVE_BACKENDS: dict[str, object] = {}
 
 
 def _register_native() -> None:
@@ -139,8 +135,8 @@ class ChunkGDNFunction(torch.autograd.Function):
 
             o, S, saved = triton_chunk_fwd(q, k, v, g, b, w, scale, chunk, initial_state, dot_precision,
                                            wy_inverse=wy_inverse, output_precision=output_precision)
-        elif backend in _NATIVE_KEYS:
-            key = _NATIVE_KEYS[backend]
+        elif backend in NATIVE_KEYS:
+            key = NATIVE_KEYS[backend]
             if key not in NATIVE_BACKENDS:
                 _register_native()
             if key not in NATIVE_BACKENDS:
@@ -177,7 +173,7 @@ class ChunkGDNFunction(torch.autograd.Function):
 
             grads = triton_chunk_bwd(do, saved, dS)
         else:
-            grads = NATIVE_BACKENDS[_NATIVE_KEYS[ctx.backend]].backward(do, saved, dS)
+            grads = NATIVE_BACKENDS[NATIVE_KEYS[ctx.backend]].backward(do, saved, dS)
         dq, dk, dv, dg, db, dw, dinit = grads
         ctx.saved = None
         dg_own, db_own, dw_own = own_gate_grads(ctx.member, ctx.own, dg, db, dw)

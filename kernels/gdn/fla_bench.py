@@ -1,4 +1,6 @@
-"""Table and figure of the fla timing benchmark: part (b) of ``experiments/gdn/fla_compare.py``.
+"""Table and figure of the fla timing benchmark: part (b) of ``experiments/gdn/fla_compare.py``
+(its counts and the cell sizes come from :mod:`lethe.kernels.gdn.bench`, its floors from
+:mod:`lethe.perf.roofline`, the same functions the run used).
 
 Input: one run's folder (``results/gdn/fla_bench/``: ``rows.jsonl``, ``summary.json``, ``provenance.json``).
 Output: ``paper/tables/gdn_fla_bench.{md,tex}`` through :func:`lethe.render.tables.render_table` and
@@ -18,7 +20,10 @@ import os
 import re
 from pathlib import Path
 
+from lethe.perf.roofline import roofline_ms
 from lethe.render.tables import Column, render_table
+
+from .bench import bench_batch
 
 #: Implementations the table compares, in column order (the script's "torch" stand-in and its torch-path cells
 #: are not part of the comparison with fla).
@@ -47,16 +52,6 @@ def load_run(folder: str | os.PathLike[str]) -> tuple[dict, dict, list[dict]]:
 
 
 # ------------------------------------------------------------------------------------------------ cells
-
-
-def bench_batch(head_tokens: int, H: int, T: int) -> int:
-    """B of a cell: the script's rule (experiments/gdn/fla_compare.py ``bench_batch``), repeated here so that
-    rendering never imports the experiment (the tests check the two agree)."""
-    return max(1, head_tokens // (H * T))
-
-
-def roofline_ms(flops: float, nbytes: float, tflops: float, tbps: float) -> float:
-    return max(flops / (tflops * 1e12), nbytes / (tbps * 1e12)) * 1e3
 
 
 _OLD_SKIP = re.compile(r"(?P<cell>\w+) (?P<member>\w+) V=(?P<V>\d+) T=(?P<T>\d+)")

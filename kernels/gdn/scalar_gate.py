@@ -40,7 +40,7 @@ from .fwd_options import resolve_precision
 from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, _tf32_nearest, check_index_range, wy_inverse_kernel
 
 # Launch configuration ("BV" an upper bound: min(V, BV)), each choice timed on the H200 against the one before with
-# the outputs compared (results/gdn/scalar_gate/callN_<sha>/, "variants"). num_stages=1 (no software pipelining of
+# the outputs compared (results/gdn/scalar_gate/: each run's "variants"). num_stages=1 (no software pipelining of
 # the chunk loops) except where a measurement said otherwise. The in-place inverse is the general forward's kernel
 # and launches with its entry there (FWD_LAUNCH["wy_inverse_kernel"]).
 SG_LAUNCH = {

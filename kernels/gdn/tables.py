@@ -119,8 +119,8 @@ def render_ladder(ladder: dict, fla: dict | None, md_path, tex_path):
                      f"arms: {'yes' if rep else 'no'} (an arm passes only if they are).")
         if backend == "hybrid-tc":
             notes.append("K1 runs on bf16 tensor cores with fp32 accumulation, P and Qg entering as bf16 hi/lo "
-                         "pairs (results/gdn/ladder_hybrid_tc_c31e78f_unsplit.json keeps the run before that "
-                         "split, with single bf16 roundings); fla 0.6.0's own errors against the same kind of "
+                         "pairs (results/gdn/history.jsonl lists the run before that split, with single bf16 "
+                         "roundings); fla 0.6.0's own errors against the same kind of "
                          "oracle are in table gdn-fla-compare.")
             return render_table(ladder_rows(ladder, fla), LADDER_COLUMNS,
                                 "GDN-family verification ladder on the H200, hybrid-tc backend (Triton forward "
@@ -487,12 +487,13 @@ def render_scalar_gate(runs: list[dict], floors: dict, ceilings: dict, md_paths,
         "torch.no_grad; bwd: torch.autograd.grad after a forward; fwd+bwd: both); every ratio divides medians of one "
         "call; 'not timed': that call did not time fla. fla autotuned on its first call, which in these calls was "
         "the accuracy check at 2^14 head-tokens (its tuning keys ignore the batch): its fwd+bwd medians here are 10-18% "
-        "above kernel_profile call18's at the same cells (6.76 / 4.91 ms at d_v 128 / 64, T 4k; the backward's 2-8%), "
+        "above the kernel profile's newest run at the same cells (6.76 / 4.91 ms at d_v 128 / 64, T 4k; the backward's 2-8%), "
         "so the ratios to fla may favour ours by as much (docs/native.md).",
-        f"Floor: matrix-product FLOPs and minimal bytes (experiments/gdn/fla_compare.chunk_counts: inputs and "
-        f"gradients at bf16, every intermediate on chip; as in native_vs_fla) at the ceilings measured in kernel_profile call18 ({ceilings['bf16_matmul_tflops']:.0f} "
+        f"Floor: matrix-product FLOPs and minimal bytes (lethe.kernels.gdn.bench.chunk_counts: inputs and "
+        f"gradients at bf16, every intermediate on chip; as in native_vs_fla) at the ceilings measured in the kernel profile's newest run (results/native/profile/; {ceilings['bf16_matmul_tflops']:.0f} "
         f"TFLOP/s bf16, {ceilings['copy_tbps']:.2f} TB/s), not in these calls.",
-        f"{stack}; each commit's row is its own device call (results/gdn/scalar_gate/).",
+        f"{stack}; each row is one run of the current result (results/gdn/scalar_gate/; older runs in its "
+        "history.jsonl).",
     ]
     render_table(scalar_gate_timing_rows(runs, floors), SCALAR_GATE_TIMING_COLUMNS,
                  "Scalar-gate gated delta rule on its own kernels against fla 0.6.0 (H200): time.",

@@ -59,7 +59,7 @@ FWD_LAUNCH = {
     "wy_inverse_kernel": dict(num_warps=2, num_stages=1),
     "wy_apply_kernel": dict(num_warps=4, num_stages=1, PREC="auto"),
     # KEND 1: Kend precomputed by the prep kernel (state_fwd_kernel's KEND_IN). On the H200 (2^20 head-tokens,
-    # results/gdn/launch_sweep/state_kend_2b3da82) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
+    # results/gdn/launch_sweep/state_kend) 2.79 vs 3.42 ms at d_v 128 T 4k, 3.59 vs 4.20 at T 32k, 3.62 vs
     # 4.45 at d_v 64 T 32k. BV stays 32: 64 wins at T 4k (2.64) but loses at T 32k (5.96), where a sequential scan
     # needs the programs. Not bitwise the KEND 0 kernel's on the GPU (an FMA contraction there, see state_fwd_kernel;
     # bitwise on the interpreter): adopted on the ladders run with it (docs/native.md).
@@ -72,10 +72,10 @@ FWD_LAUNCH = {
     # 4 warps: 3.41 vs 3.66 ms at 8 on the H200 (d_v 128, T 4k, 2^20 head-tokens), results bitwise the same
     # (experiments/gdn/triton_launch_sweep.py, results/gdn/launch_sweep)
     # NVL: V-blocks per program sharing one P = tril(Qg Kg^T): 2 takes 3.13 ms against 3.42 at d_v 128 (at d_v 64
-    # there is one V-block: unchanged), outputs and gradients bitwise the same (results/gdn/launch_sweep/output_nvl_4f71b67)
+    # there is one V-block: unchanged), outputs and gradients bitwise the same (results/gdn/launch_sweep/output_nvl)
     # DIRECT 1: o written in the caller's layout and dtype by the kernel instead of a float32 buffer that torch casts
     # and transposes (the forward profile's 0.38 ms copy at d_v 128, 2^20 head-tokens). On the H200 (96cb289,
-    # results/gdn/launch_sweep/output_direct_96cb289): outputs and gradients bitwise the DIRECT 0 run's (the conversion
+    # results/gdn/launch_sweep/output_direct): outputs and gradients bitwise the DIRECT 0 run's (the conversion
     # rounds to nearest either way), fwd+bwd pass 46.26 vs 46.90 ms at d_v 128 T 4k.
     "output_fwd_kernel": dict(BV=64, NVL=2, DIRECT=1, num_warps=4, num_stages=1),
 }
@@ -329,7 +329,7 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
     # rebuilt here: the chunk loop is sequential and every V-block's program repeats it, so this takes one [C, K]
     # load and C*K exponentials per step off the chain. The same values bit for bit on the interpreter, not on the
     # GPU: computed here, k * exp(..) is contracted into the 3xTF32 split's low part (an FMA on the unrounded
-    # product), while a loaded Kend is the float32-rounded value (results/gdn/launch_sweep/state_kend_2b3da82/
+    # product), while a loaded Kend is the float32-rounded value (results/gdn/launch_sweep/state_kend/
     # WHY_NOT_BITWISE.md); o then differs by one bf16 step in places, so the choice rested on the ladders.
     bh = tl.program_id(0)
     TP = NT * C

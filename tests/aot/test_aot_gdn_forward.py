@@ -1,9 +1,8 @@
 """The GDN Triton forward's generated sm_90a code (compiled on the CPU, nothing executed): facts the docs state
 about it, checked where they come from."""
 
-import importlib.util
+import importlib
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _triton_aot():
-    sys.path.insert(0, str(ROOT))
-    spec = importlib.util.spec_from_file_location("gdn_triton_aot", ROOT / "experiments/gdn/triton_aot.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module("experiments.gdn.triton_aot")
 
 
 def contracted_split_products(ptx: str) -> int:
@@ -29,7 +24,7 @@ def contracted_split_products(ptx: str) -> int:
 
 @pytest.mark.slow
 def test_state_kernel_contracts_its_own_kend_into_the_split_but_not_a_loaded_one():
-    # results/gdn/launch_sweep/state_kend_2b3da82/WHY_NOT_BITWISE.md: why KEND 1 is not bitwise KEND 0 on the GPU
+    # results/gdn/launch_sweep/state_kend/WHY_NOT_BITWISE.md: why KEND 1 is not bitwise KEND 0 on the GPU
     import torch
     from lethe.kernels.gdn.launch_tables import overridden
 

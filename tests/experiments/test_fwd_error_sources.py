@@ -1,17 +1,17 @@
 """experiments/gdn/fwd_error_sources.py: the TF32 rounding is the hardware's, the unrounded replay is the chunked
 forward, and rounding one product group perturbs exactly what that group feeds."""
 
+import importlib
 from pathlib import Path
 
 import pytest
 import torch
-from experiment_loader import load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mod():
-    return load_experiment("gdn/fwd_error_sources.py", "fwd_error_sources")
+    return importlib.import_module("experiments.gdn.fwd_error_sources")
 
 
 def test_tf32_keeps_ten_mantissa_bits():
@@ -31,11 +31,9 @@ def test_tf32_keeps_ten_mantissa_bits():
 
 @pytest.fixture(scope="module")
 def small_ctx():
-    import sys
-
-    sys.path.insert(0, str(ROOT / "tests" / "kernels" / "gdn"))
-    from gdn_helpers import make_inputs
     from lethe.kernels.gdn import chunked
+
+    from tests.kernels.gdn.gdn_helpers import make_inputs
 
     q, k, v, g, b, w, _ = make_inputs(T=48, K=16, V=16)
     o, _, ctx = chunked.chunk_fwd(q, k, v, g, b, w, None, 16, None)

@@ -1,11 +1,11 @@
 """experiments/native/k1_error_sources.py on a short sequence: the replay finds the dominant bf16 roundings of K1
 (P for d delta, Qg for dS0) and the hi/lo pairs remove most of both."""
 
-from experiment_loader import load_experiment
+import importlib
 
 
 def test_error_sources_on_a_short_sequence():
-    mod = load_experiment("native/k1_error_sources.py", "k1_error_sources")
+    mod = importlib.import_module("experiments.native.k1_error_sources")
     rows = {(r["member"], r["case"]): r for r in mod.main(["--members", "kda", "--T", "256"])}
     base = rows[("kda", "all rounded")]
     assert 1e-4 < base["dd_rel_vs_exact"] < 1e-2  # bf16-sized, not zero, not wrong

@@ -2,12 +2,13 @@
 kernel's bf16 roundings cost bf16-sized errors in K2 and in the gradients, and only hi/lo pairs at every rounding
 point remove them."""
 
+import importlib
+
 import torch
-from experiment_loader import load_experiment
 
 
 def _mod():
-    return load_experiment("native/k2_error_sources.py", "k2_error_sources")
+    return importlib.import_module("experiments.native.k2_error_sources")
 
 
 def test_unrounded_replay_is_the_torch_k2():

@@ -1,14 +1,15 @@
 """The kernel-trace summary of experiments/native/kernel_profile.py on synthetic events (the script itself needs a GPU)."""
 
+import importlib
 from types import SimpleNamespace
 
 import pytest
-from experiment_loader import load_experiment
+from lethe.kernels.gdn import bench
 
 
 @pytest.fixture(scope="module")
 def prof():
-    return load_experiment("native/kernel_profile.py", "native_profile")
+    return importlib.import_module("experiments.native.kernel_profile")
 
 
 def ev(name, start_us, end_us):
@@ -45,25 +46,23 @@ def test_profile_cell_runs_on_the_cpu_torch_path(prof):
     # the GPU script's control flow (check, timing, profile, summary) on the CPU torch path, tiny sizes
     from types import SimpleNamespace as NS
 
-    fc = prof._load("experiments/gdn/fla_compare.py", "fla_compare_for_profile_test")
     args = NS(seed=1, warmup=1, reps=2, sets=2, profile_reps=2, check_rel=0.05)
-    row, grads = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, device="cpu")
+    row, grads = prof.profile_cell("ours", "gdn", 1, 2, 128, 16, 16, args, device="cpu")
     assert row["status"] == "ok" and row["bwd_wall_ms"] > 0 and row["profile_reps"] == 2
     assert row["timed_iterations"] == 4 and row["input_sets"] == 2
     assert row["profile"]["kernels"] > 0 and row["profile"]["top_kernels"]
-    again, _ = prof.profile_cell(fc, "ours", "gdn", 1, 2, 128, 16, 16, args, ref_grads=grads, device="cpu")
+    again, _ = prof.profile_cell("ours", "gdn", 1, 2, 128, 16, 16, args, ref_grads=grads, device="cpu")
     assert again["status"] == "ok" and max(again["check_vs_ours_rel"].values()) == 0.0
 
 
 def test_floors_use_the_benchmark_counts_and_the_measured_ceilings(prof):
-    fc = prof._load("experiments/gdn/fla_compare.py", "fla_compare_for_profile_floor_test")
     ceil = {"measured": True, "bf16_matmul_tflops": 800.0, "copy_tbps": 4.0}
-    f = prof.floors(fc, "gdn", 128, 4096, 128, ceil)
-    c = fc.chunk_counts("gdn", 128, 2, 4096, 128, 128)
+    f = prof.floors("gdn", 128, 4096, 128, ceil)
+    c = bench.chunk_counts("gdn", 128, 2, 4096, 128, 128)
     assert f["counts"]["bwd_flops"] == c["bwd_flops"] and f["counts"]["bwd_bytes"] == c["bwd_bytes"]
     want = max(c["bwd_flops"] / 800e12, c["bwd_bytes"] / 4e12) * 1e3
     assert f["bwd_floor_ms"] == pytest.approx(want) and f["fwd_bwd_floor_ms"] > f["bwd_floor_ms"]
-    assert "bwd_floor_ms" not in prof.floors(fc, "gdn", 128, 4096, 128, {"measured": False})
+    assert "bwd_floor_ms" not in prof.floors("gdn", 128, 4096, 128, {"measured": False})
 
 
 def test_impl_names_carry_forward_options(prof):
@@ -132,11 +131,12 @@ def test_the_figures_calls_timed_the_current_default_forward(prof):
     # fails here, as the committed ladders do in tests/kernels/gdn/test_committed_forward_results.py.
     from pathlib import Path
 
-    from lethe.kernels.gdn.native.render import figure_versus_fla_call, load_profile_calls
+    from lethe.kernels.gdn.native.render import figure_versus_fla_call
     from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
-    root = Path(__file__).resolve().parents[2] / "results" / "native" / "profile"
-    calls = load_profile_calls(sorted(d / "profile.json" for d in root.iterdir() if (d / "profile.json").exists()))
+    from lethe.results import load_runs
+
+    calls = load_runs(Path(__file__).resolve().parents[2] / "results" / "native" / "profile" / "profile.json")
     name, cells = figure_versus_fla_call(calls)
     assert name and cells
     rows = [got["hybrid-tc"] for got in cells.values()]

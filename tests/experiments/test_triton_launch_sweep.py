@@ -2,14 +2,14 @@
 (the table overrides it uses: tests/kernels/gdn/test_launch_tables.py)."""
 
 import argparse
+import importlib
 
 import pytest
-from experiment_loader import load_experiment
 
 
 @pytest.fixture(scope="module")
 def sweep():
-    return load_experiment("gdn/triton_launch_sweep.py", "launch_sweep")
+    return importlib.import_module("experiments.gdn.triton_launch_sweep")
 
 
 def test_every_candidate_kernel_is_in_a_launch_table(sweep):

@@ -181,13 +181,11 @@ def test_bypass_lets_a_faked_hopper_gated_call_past_the_guard():
 
 def _load_run_module():
     """experiments/fla640/run.py as a module, without letting its import-time env defaults leak into pytest."""
-    import importlib.util
+    import importlib
 
     saved = dict(os.environ)
     try:
-        spec = importlib.util.spec_from_file_location("fla640_run", ROOT / "experiments" / "fla640" / "run.py")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
+        mod = importlib.import_module("experiments.fla640.run")
     finally:
         os.environ.clear()
         os.environ.update(saved)

@@ -2,7 +2,7 @@
 # comparison (correctness) and the fla timing benchmark from the committed H200 results under results/gdn/.
 # Registered only once those JSON files exist, so the DAG stays valid before the first GPU run (the ladder and
 # training compute rules are in gdn_compute.smk; results/gdn/fla_compare/ and results/gdn/fla_bench/ come from
-# experiments/gdn/fla_compare.py via experiments/h200/session.sh, the latter with --parts bench).
+# experiments/gdn/fla_compare.py through the compute rules gdn_fla_compare and gdn_fla_bench).
 import os as _gdn_os
 
 _GDN_LADDER = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder.json"))
@@ -22,13 +22,11 @@ _GDN_TRAIN_SEEDS = sorted(
 _GDN_INTRA = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "intra_precision", "summary.json")
 )
-# the scalar-gate path's device calls (experiments/gdn/scalar_gate_bench.py), one folder per call, oldest first
-_GDN_SG_DIR = _gdn_os.path.join(workflow.basedir, "results", "gdn", "scalar_gate")
-_GDN_SG_CALLS = sorted(
-    (d for d in (_gdn_os.listdir(_GDN_SG_DIR) if _gdn_os.path.isdir(_GDN_SG_DIR) else [])
-     if d.startswith("call") and _gdn_os.path.exists(_gdn_os.path.join(_GDN_SG_DIR, d, "scalar_gate_bench.json"))),
-    key=lambda d: int(d[4:].split("_")[0]),
-)
+# the scalar-gate path's current result (experiments/gdn/scalar_gate_bench.py) and the kernel profile whose newest
+# run measured the ceilings its floors use, both named in config
+_GDN_SG = config.get("results", {}).get("gdn_scalar_gate", "results/gdn/scalar_gate/scalar_gate_bench.json")
+_GDN_CEILINGS = config.get("results", {}).get("native_profile", "results/native/profile/profile.json")
+_GDN_SG_ON = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, _GDN_SG))
 _GDN_FLA = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_fla.json"))
 _GDN_FLACMP = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_compare", "summary.json")
@@ -48,7 +46,7 @@ RENDER_TARGETS.extend(
     + (
         [f"paper/tables/gdn_scalar_gate_{t}.{ext}" for t in ("time", "check") for ext in ("md", "tex")]
         + [f"figures/gdn_scalar_gate.{ext}" for ext in ("png", "pdf")]
-        if _GDN_SG_CALLS
+        if _GDN_SG_ON
         else []
     )
     + (
@@ -165,10 +163,8 @@ rule gdn_scalar_gate_tables:
     conda:
         CONDA_ENV
     input:
-        benches=[f"results/gdn/scalar_gate/{d}/scalar_gate_bench.json" for d in _GDN_SG_CALLS],
-        provenances=[f"results/gdn/scalar_gate/{d}/provenance.json" for d in _GDN_SG_CALLS],
-        counts="experiments/gdn/fla_compare.py",
-        ceilings="results/native/profile/call18/profile.json",
+        bench=_GDN_SG,
+        ceilings=_GDN_CEILINGS,
     output:
         time_md="paper/tables/gdn_scalar_gate_time.md",
         time_tex="paper/tables/gdn_scalar_gate_time.tex",

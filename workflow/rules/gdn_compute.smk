@@ -1,5 +1,5 @@
 # Compute rules of the gdn stage: the verification ladder and the family training. They need a CUDA GPU
-# (H200 for the committed results; the device tool ran experiments/gdn/run_h200.sh). Each script also has a
+# (H200 for the committed results; experiments/h200/device_call.sh runs them in one device call). Each script also has a
 # --cpu-smoke mode that CI exercises through tests/kernels/gdn/test_gdn_experiments.py.
 
 
@@ -35,7 +35,7 @@ rule gdn_ladder_fla:
     resources:
         gpu=1,
     shell:
-        "FLA_DISABLE_BACKEND_DISPATCH=1 python3 {input.script} --fla only --out {params.out} > {log} 2>&1"
+        "bash workflow/scripts/with_fla.sh python3 {input.script} --fla only --out {params.out} > {log} 2>&1"
 
 
 rule gdn_train_family:
@@ -93,3 +93,163 @@ rule gdn_train_seeds_fp32control:
         gpu=1,
     shell:
         "python3 {input.script} --out {params.out} --fp32-control --name train_seeds_fp32control.json > {log} 2>&1"
+
+
+# The other GPU experiments of the stage, one rule per experiment driver. Extra arguments of a driver come from
+# config gpu_args.<experiment> (e.g. --config gpu_args='{"gdn_scalar_gate": "--cells 128:4096"}'); a run that is
+# folded into a current result is named by config gpu_run. Rules that need fla run under with_fla.sh, the one
+# place fla's wheel is installed.
+GPU_ARGS = config.get("gpu_args", {})
+GPU_RUN = config.get("gpu_run", "run")
+
+
+rule gdn_ladder_backend:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/ladder.py",
+    output:
+        result="results/gdn/ladder_{backend}.json",
+        provenance="results/gdn/ladder_{backend}.provenance.json",
+    wildcard_constraints:
+        backend="native|hybrid_tc|hybrid",
+    params:
+        out=lambda w, output: os.path.dirname(output.result),
+        backend=lambda w: w.backend.replace("_", "-"),
+        args=lambda w: GPU_ARGS.get(f"gdn_ladder_{w.backend}", ""),
+    log:
+        "logs/gdn/ladder_{backend}.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 {input.script} --backend {params.backend} --name ladder_{wildcards.backend}.json --out {params.out} "
+        "{params.args} > {log} 2>&1"
+
+
+rule gdn_fla_compare:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/fla_compare.py",
+    output:
+        summary="results/gdn/fla_compare/summary.json",
+        rows="results/gdn/fla_compare/rows.jsonl",
+        provenance="results/gdn/fla_compare/provenance.json",
+    params:
+        out=lambda w, output: os.path.dirname(output.summary),
+        args=GPU_ARGS.get("gdn_fla_compare", ""),
+    log:
+        "logs/gdn/fla_compare.log",
+    resources:
+        gpu=1,
+    shell:
+        "bash workflow/scripts/with_fla.sh python3 {input.script} --parts correct --out {params.out} {params.args} > {log} 2>&1"
+
+
+rule gdn_fla_bench:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/fla_compare.py",
+    output:
+        summary="results/gdn/fla_bench/summary.json",
+        rows="results/gdn/fla_bench/rows.jsonl",
+        provenance="results/gdn/fla_bench/provenance.json",
+    params:
+        out=lambda w, output: os.path.dirname(output.summary),
+        args=GPU_ARGS.get("gdn_fla_bench", ""),
+    log:
+        "logs/gdn/fla_bench.log",
+    resources:
+        gpu=1,
+    shell:
+        "bash workflow/scripts/with_fla.sh python3 {input.script} --parts bench --out {params.out} {params.args} > {log} 2>&1"
+
+
+rule gdn_intra_precision:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/intra_precision.py",
+    output:
+        summary="results/gdn/intra_precision/summary.json",
+        rows="results/gdn/intra_precision/rows.jsonl",
+        provenance="results/gdn/intra_precision/provenance.json",
+    params:
+        out=lambda w, output: os.path.dirname(output.summary),
+        args=GPU_ARGS.get("gdn_intra_precision", ""),
+    log:
+        "logs/gdn/intra_precision.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 {input.script} --out {params.out} {params.args} > {log} 2>&1"
+
+
+rule gdn_launch_sweep:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/triton_launch_sweep.py",
+    output:
+        sweep="results/gdn/launch_sweep/{sweep}/sweep.json",
+        provenance="results/gdn/launch_sweep/{sweep}/provenance.json",
+    params:
+        out=lambda w, output: os.path.dirname(output.sweep),
+        args=lambda w: GPU_ARGS.get(f"gdn_launch_sweep_{w.sweep}", GPU_ARGS.get("gdn_launch_sweep", "")),
+    log:
+        "logs/gdn/launch_sweep_{sweep}.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 {input.script} --out {params.out} {params.args} > {log} 2>&1"
+
+
+rule gdn_scalar_gate_run:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/scalar_gate_bench.py",
+    output:
+        directory(".build/runs/gdn_scalar_gate/{run}"),
+    params:
+        args=GPU_ARGS.get("gdn_scalar_gate", ""),
+    log:
+        "logs/gdn/scalar_gate_{run}.log",
+    resources:
+        gpu=1,
+    shell:
+        "bash workflow/scripts/with_fla.sh python3 {input.script} --out {output} {params.args} > {log} 2>&1"
+
+
+rule gdn_scalar_gate_fold:
+    conda:
+        CONDA_ENV
+    input:
+        run=f".build/runs/gdn_scalar_gate/{GPU_RUN}",
+    output:
+        result="results/gdn/scalar_gate/scalar_gate_bench.json",
+        provenance="results/gdn/scalar_gate/provenance.json",
+        history="results/gdn/scalar_gate/history.jsonl",
+    params:
+        experiment="gdn-scalar-gate",
+        run=GPU_RUN,
+    log:
+        "logs/gdn/scalar_gate_fold.log",
+    script:
+        "../scripts/results_fold.py"
+
+
+rule gdn_gpu_tests:
+    conda:
+        CONDA_ENV
+    input:
+        tests=["tests/kernels/gdn/test_gdn_triton_gpu.py", "tests/kernels/gdn/test_scalar_gate_gpu.py"],
+    output:
+        log="results/gdn/gpu_tests.log",
+    log:
+        "logs/gdn/gpu_tests.log",
+    resources:
+        gpu=1,
+    shell:
+        "python3 -m pytest -q -rA -m gpu -p no:cacheprovider {input.tests} > {output.log} 2> {log}"

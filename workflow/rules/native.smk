@@ -10,17 +10,12 @@ NATIVE_AOT_REPORTS = [
     for n in ("aot", "k1_blackwell_scan_aot", "k1_hopper_wgmma_aot", "k2_blackwell_aot", "k2_hopper_aot",
               "k2_hopper_wgmma_aot")
     if os.path.exists(os.path.join(workflow.basedir, "results/native", f"{n}.json"))]
-# Kernel profiles of the backward (experiments/native/kernel_profile.py), one folder per device call, in call order.
-NATIVE_PROFILES = sorted(
-    os.path.join("results/native/profile", d, "profile.json")
-    for d in (os.listdir(os.path.join(workflow.basedir, "results/native/profile"))
-              if os.path.isdir(os.path.join(workflow.basedir, "results/native/profile")) else [])
-    if os.path.exists(os.path.join(workflow.basedir, "results/native/profile", d, "profile.json")))
-if NATIVE_PROFILES:
+# Kernel profiles of the backward (experiments/native/kernel_profile.py): the current result named in config.
+NATIVE_PROFILE = config.get("results", {}).get("native_profile", "results/native/profile/profile.json")
+if os.path.exists(os.path.join(workflow.basedir, NATIVE_PROFILE)):
     RENDER_TARGETS.extend(["paper/tables/native_profile.md", "paper/tables/native_profile.tex",
                            "paper/tables/native_vs_fla.md", "paper/tables/native_vs_fla.tex",
                            "figures/native_vs_fla.png", "figures/native_vs_fla.pdf"])
-
 
 rule native_bench_table:
     conda:
@@ -58,7 +53,7 @@ rule native_profile_table:
     conda:
         CONDA_ENV
     input:
-        profiles=NATIVE_PROFILES,
+        profile=NATIVE_PROFILE,
     output:
         md="paper/tables/native_profile.md",
         tex="paper/tables/native_profile.tex",
@@ -72,7 +67,7 @@ rule native_vs_fla:
     conda:
         CONDA_ENV
     input:
-        profiles=NATIVE_PROFILES,
+        profile=NATIVE_PROFILE,
     output:
         md="paper/tables/native_vs_fla.md",
         tex="paper/tables/native_vs_fla.tex",

@@ -43,3 +43,34 @@ rule positive_control:
         "logs/red_team/positive_control.log",
     script:
         "../scripts/red_team_compute.py"
+
+
+# The same suites on the GPU (results/<suite>/h200/, experiments/h200/suites.py): CUDA candidates compiled and run
+# on the device, one rule per suite. Only with device=cuda (the gpu profile), so a CPU compute run of this stage
+# never re-runs the committed H200 results.
+if config["device"] == "cuda":
+
+    rule suite_h200:
+        conda:
+            CONDA_ENV
+        input:
+            script="experiments/h200/suites.py",
+            kernels=lambda w: _suite_files(w.suite),
+        output:
+            rows="results/{suite}/h200/rows.parquet",
+            loose="results/{suite}/h200/loose.parquet",
+            summary="results/{suite}/h200/summary.json",
+            provenance="results/{suite}/h200/provenance.json",
+        wildcard_constraints:
+            suite="red_team|positive_control",
+        params:
+            seed=config["seed"],
+        log:
+            "logs/{suite}/h200.log",
+        resources:
+            gpu=1,
+        shell:
+            # suites.py writes <out>/<suite>/; the run goes to .build/ and is copied over the committed folder
+            "python3 {input.script} --out .build/runs/suites --suites {wildcards.suite} --seed {params.seed} "
+            "> {log} 2>&1 && mkdir -p results/{wildcards.suite}/h200 && cp -r .build/runs/suites/{wildcards.suite}/. "
+            "results/{wildcards.suite}/h200/"

@@ -26,25 +26,22 @@ elif snakemake.params.table == "intra_precision":
     tables.render_intra_precision(json.loads(Path(snakemake.input.summary).read_text()),
                                   json.loads(Path(snakemake.input.provenance).read_text()), rows, out.md, out.tex)
 elif snakemake.params.table == "scalar_gate":
-    import importlib.util
-    import sys
+    # the fla benchmark's FLOP and byte counts and floors, so the floors are counted once
+    from lethe.kernels.gdn.bench import chunk_counts
 
-    # the FLOP and byte counts of the fla benchmark (experiments/gdn/fla_compare.py), so the floors are counted once
-    spec = importlib.util.spec_from_file_location("fla_compare", snakemake.input.counts)
-    fc = importlib.util.module_from_spec(spec)
-    sys.modules["fla_compare"] = fc  # its dataclasses look their module up while the class is built
-    spec.loader.exec_module(fc)
-    runs = []
-    for bench, prov in zip(snakemake.input.benches, snakemake.input.provenances, strict=True):
-        runs.append({**json.loads(Path(bench).read_text()), "provenance": json.loads(Path(prov).read_text())})
-    ceilings = json.loads(Path(snakemake.input.ceilings).read_text())["ceilings"]
+    from lethe.perf.roofline import roofline_ms
+    from lethe.results import load_runs
+
+    runs = [{**doc, "provenance": prov} for _, doc, prov in load_runs(snakemake.input.bench)]
+    # the ceilings the newest kernel-profile run measured
+    ceilings = load_runs(snakemake.input.ceilings)[-1][1]["ceilings"]
     floors = {}
     for r in (r for doc in runs for r in doc["timing"] if "fwd_bwd_ms" in r):
-        c = fc.chunk_counts("sgdn", r["B"], r["H"], r["T"], r["K"], r["V"])
+        c = chunk_counts("sgdn", r["B"], r["H"], r["T"], r["K"], r["V"])
         tf, bw = ceilings["bf16_matmul_tflops"], ceilings["copy_tbps"]
-        floors[(r["V"], r["T"])] = (fc.roofline_ms(c["bwd_flops"], c["bwd_bytes"], tf, bw),
-                                    fc.roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
-                                                   tf, bw))
+        floors[(r["V"], r["T"])] = (roofline_ms(c["bwd_flops"], c["bwd_bytes"], tf, bw),
+                                    roofline_ms(c["fwd_flops"] + c["bwd_flops"], c["fwd_bytes"] + c["bwd_bytes"],
+                                                tf, bw))
     tables.render_scalar_gate(runs, floors, ceilings, (out.time_md, out.check_md), (out.time_tex, out.check_tex))
     tables.render_scalar_gate_figure(runs, Path(out.png).parent, Path(out.png).stem)
 elif snakemake.params.table == "training_seeds":

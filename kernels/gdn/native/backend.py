@@ -10,7 +10,8 @@ kernels are float32 GPU kernels.
 ``HybridTensorCoreGDN`` (``backend="hybrid-tc"``) swaps in the tensor-core K1 for bf16 inputs and fuses the
 backward's tail.
 
-Hook for :mod:`lethe.kernels.gdn.autograd`::
+Registered into the leaf registry :mod:`lethe.kernels.gdn.backends` (which :mod:`lethe.kernels.gdn.autograd` reads;
+this module never imports autograd)::
 
     from lethe.kernels.gdn.native.backend import register; register()
 
@@ -144,8 +145,8 @@ HYBRID_TC = HybridTensorCoreGDN()
 
 def register() -> None:
     """Make ``chunk_family(..., backend="native")``, ``"hybrid"`` and ``"hybrid-tc"`` use these backends."""
-    from ..autograd import NATIVE_BACKENDS
+    from ..backends import register as put
 
-    NATIVE_BACKENDS["default"] = NATIVE
-    NATIVE_BACKENDS["hybrid"] = HYBRID
-    NATIVE_BACKENDS["hybrid-tc"] = HYBRID_TC
+    put("default", NATIVE)
+    put("hybrid", HYBRID)
+    put("hybrid-tc", HYBRID_TC)

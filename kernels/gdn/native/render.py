@@ -214,26 +214,6 @@ def _short_kernel(name: str) -> str:
     return base.rsplit("::", 1)[-1] if "::" in base else base
 
 
-def load_profile_calls(profile_paths) -> list[tuple[str, dict, dict]]:
-    """(call folder name, profile.json, provenance.json) of each ``results/native/profile/<call>/profile.json``
-    path, oldest call first (call2 before call10: folders compared by their name's number, not as strings): what
-    the profile tables and figure take."""
-    import json
-    import re
-    from pathlib import Path
-
-    def call_order(p):
-        name = Path(p).parent.name
-        return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-    calls = []
-    for p in sorted(profile_paths, key=call_order):
-        folder = Path(p).parent
-        calls.append((folder.name, json.loads(Path(p).read_text()),
-                      json.loads((folder / "provenance.json").read_text())))
-    return calls
-
-
 GENERAL_SGDN = "sgdn (general kernels)"
 
 
@@ -403,7 +383,7 @@ def versus_fla_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
     if not rows:
         return "", ""
     dev = next((d.get("device") for n, d, _ in calls if n == found[0][0]), "?")
-    cap = ("GDN-family backward on {dev}, one block per device call (newest first; {notes}): bf16, d_k=128, H=2, "
+    cap = ("GDN-family backward on {dev}, one block per run of the current result (results/native/profile/; newest first; {notes}): bf16, d_k=128, H=2, "
            "CUDA-event medians of torch.autograd.grad after the forward (bwd) and of forward + backward, two input "
            "sets rotated. ours = the Triton backend; hybrid-tc = Triton forward and intra-chunk backward with K1 "
            "(the reverse state scan) on Hopper tensor cores in the CuTe DSL and a fused Triton tail; fla = fla "

@@ -32,11 +32,8 @@ def rel_err(x, ref):
 
 _RECORD = """
 import json, sys
-sys.path[:0] = [{root!r}, {root!r} + "/src"]
 sys.argv = ["x"]
-import importlib.util
-spec = importlib.util.spec_from_file_location("triton_aot", {root!r} + "/experiments/gdn/triton_aot.py")
-m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)
+import experiments.gdn.triton_aot as m  # run from the repository root: python -c puts the cwd on sys.path
 import torch
 out = []
 for erase in {erases!r}:
@@ -60,6 +57,6 @@ def recorded_launches(erases=(True, False), **kwargs) -> list[dict]:
 
     root = Path(__file__).resolve().parents[3]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _RECORD.format(root=str(root), erases=tuple(erases), kwargs=kwargs)],
-                         capture_output=True, text=True, env=env, timeout=300, check=True)
+    res = subprocess.run([sys.executable, "-c", _RECORD.format(erases=tuple(erases), kwargs=kwargs)],
+                         capture_output=True, text=True, env=env, timeout=300, check=True, cwd=root)
     return json.loads(res.stdout.strip().splitlines()[-1])

@@ -42,25 +42,25 @@ def test_launch_table_follows_the_sweeps():
         return _sweep(folder)["best"][key]["best_config"]
 
     for name in ("wy_a_kernel", "wy_apply_kernel"):
-        assert FWD_LAUNCH[name]["num_warps"] == best("state_fwd_feee66e", f"{name}|V128|T4096")["num_warps"]
-    assert FWD_LAUNCH["wy_inverse_kernel"]["num_warps"] == best("split_65786a1",
+        assert FWD_LAUNCH[name]["num_warps"] == best("state_fwd", f"{name}|V128|T4096")["num_warps"]
+    assert FWD_LAUNCH["wy_inverse_kernel"]["num_warps"] == best("split",
                                                                 "wy_inverse_kernel|V128|T4096")["num_warps"]
-    out = best("output_nvl_4f71b67", "output_fwd_kernel|V128|T4096")
+    out = best("output_nvl", "output_fwd_kernel|V128|T4096")
     assert {k: FWD_LAUNCH["output_fwd_kernel"][k] for k in ("BV", "NVL", "num_warps")} == \
         {k: out[k] for k in ("BV", "NVL", "num_warps")}
     # the output kernel writes o itself: bitwise the buffer-and-copy path's on the H200, and faster
-    direct = _sweep("output_direct_96cb289")
-    assert FWD_LAUNCH["output_fwd_kernel"]["DIRECT"] == best("output_direct_96cb289",
+    direct = _sweep("output_direct")
+    assert FWD_LAUNCH["output_fwd_kernel"]["DIRECT"] == best("output_direct",
                                                              "output_fwd_kernel|V128|T4096")["DIRECT"] == 1
     assert all(r["bitwise_equal_to_default"] for r in direct["rows"] if r["status"] == "ok")
     # PREC "auto" (TF32-rn on the ladder's 16-bit inputs) timed against 3xTF32 at the adopting commit: faster in
     # every kernel and cell (same_rel widened there on purpose: a precision change is not the same computation, the
     # ladders are what decided it)
-    for key, b in _sweep("prec_e746f01")["best"].items():
+    for key, b in _sweep("prec_auto")["best"].items():
         assert b["best_config"]["PREC"] == FWD_LAUNCH[key.split("|")[0]]["PREC"] == "auto", key
     # the state kernel: the configuration fastest at T 32k, both d_v (BV 64 wins at T 4k only; docs/native.md)
     for v in (64, 128):
-        got = best("state_kend_2b3da82", f"state_fwd_kernel|V{v}|T32768")
+        got = best("state_kend", f"state_fwd_kernel|V{v}|T32768")
         assert {k: FWD_LAUNCH["state_fwd_kernel"][k] for k in got} == got
 
 

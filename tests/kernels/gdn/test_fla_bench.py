@@ -115,12 +115,6 @@ def test_fixture_keys_equal_what_the_dry_run_writes(run_dir, tmp_path, monkeypat
         assert m and notes[m.group(2)] == "not in this run's --impls"
 
 
-def test_bench_batch_matches_the_script():
-    fc = F.load_script()
-    for ht, H, T in ((2**20, 2, 1024), (2**20, 2, 32768), (2**16, 2, 32768), (10, 2, 1024), (256, 2, 48)):
-        assert R.bench_batch(ht, H, T) == fc.bench_batch(ht, H, T)
-
-
 # ------------------------------------------------------------------------------------------------ table
 
 

@@ -1,38 +1,38 @@
-"""The committed H200 calls of the scalar-gate path (results/gdn/scalar_gate/, experiments/gdn/scalar_gate_bench.py)
-checked on the CPU: each call is well-formed and names its commit, our rows passed their float64 check and repeated
-bit for bit before anything was timed, the newest call ran the launch table the code now has, and the tables
-divide only medians of one call. A launch default changed without its measurement, or a result edited by hand,
+"""The current result of the scalar-gate path (results/gdn/scalar_gate/, experiments/gdn/scalar_gate_bench.py)
+checked on the CPU: each run is well-formed and names its commit, our rows passed their float64 check and repeated
+bit for bit before anything was timed, the newest run ran the launch table the code now has, and the tables
+divide only medians of one run. A launch default changed without its measurement, or a result edited by hand,
 fails here."""
 
-import json
 from pathlib import Path
 
 import pytest
 from lethe.kernels.gdn import tables
 
+from lethe.results import load_history, load_runs
+
 ROOT = Path(__file__).resolve().parents[3]
-CALLS = ROOT / "results" / "gdn" / "scalar_gate"
+FOLDER = ROOT / "results" / "gdn" / "scalar_gate"
+RESULT = FOLDER / "scalar_gate_bench.json"
 
 
-def _calls():
-    return sorted((p for p in CALLS.iterdir() if (p / "scalar_gate_bench.json").exists()),
-                  key=lambda p: int(p.name[4:].split("_")[0]))
+def _runs():
+    return [{**doc, "provenance": prov, "run": name} for name, doc, prov in load_runs(RESULT)]
 
 
-def _load(p):
-    return {**json.loads((p / "scalar_gate_bench.json").read_text()),
-            "provenance": json.loads((p / "provenance.json").read_text())}
-
-
-@pytest.mark.parametrize("folder", [p.name for p in _calls()])
-def test_calls_are_well_formed_and_checked_before_timing(folder):
-    doc = _load(CALLS / folder)
+@pytest.mark.parametrize("i", range(len(load_runs(RESULT))))
+def test_runs_are_well_formed_and_checked_before_timing(i):
+    """Every current run is the bench's schema from the H200, named in the history as current, and timed only
+    after our rows passed their float64 pin and repeated bit for bit."""
+    doc = _runs()[i]
     prov = doc["provenance"]
     assert doc["schema"] == "lethe.gdn.scalar_gate_bench/1"
-    assert prov["gpu"] == "NVIDIA H200" and folder.endswith("_" + prov["git_sha"][:7])
+    assert prov["gpu"] == "NVIDIA H200" and prov["git_sha"]
+    assert {"run": doc["run"], "status": "current", "git_sha": prov["git_sha"]}.items() <= next(
+        h for h in load_history(FOLDER) if h["run"] == doc["run"]).items()
     assert doc["meta"]["ours_correct"] is True
     ours = [r for r in doc["correctness"] if r["impl"] == "ours"]
-    assert ours, "a call with no correctness rows of ours"
+    assert ours, "a run with no correctness rows of ours"
     for r in ours:
         assert r["finite"] and r["worst"] <= doc["meta"]["pin"] and r["bitwise_repeat"]
         # the per-tensor errors are kept to 4 significant digits
@@ -46,11 +46,11 @@ def test_calls_are_well_formed_and_checked_before_timing(folder):
 def test_newest_call_ran_the_current_launch_table():
     from lethe.kernels.gdn.scalar_gate import SG_LAUNCH
 
-    assert _load(_calls()[-1])["meta"]["sg_launch"] == SG_LAUNCH
+    assert _runs()[-1]["meta"]["sg_launch"] == SG_LAUNCH
 
 
 def test_the_call_with_fla_has_every_cell_of_ours_and_fla():
-    withfla = [d for d in map(_load, _calls()) if any(r["impl"] == "fla" for r in d["timing"])]
+    withfla = [d for d in _runs() if any(r["impl"] == "fla" for r in d["timing"])]
     assert withfla
     doc = withfla[-1]
     cells = {(r["V"], r["T"]) for r in doc["timing"]}

@@ -206,7 +206,7 @@ def test_hybrid_tc_backward_bf16_within_the_ladder_tolerance_and_bitwise(V, eras
     (what bf16 K1 operands may add); the initial-state gradient, a float32 output that K1 alone computes, no
     further than 2x the float64 replay of K1's own bf16 roundings (k1_scan_model, as in the wgmma K1 test) +
     1e-4. (The first version held dS0 to the 2e-3 allowance too and failed on the H200, 2026-11-29: 2.44e-3 and
-    2.40e-3, which is K1's bf16 rounding itself; results/native/gpu_tests_c31e78f.log.)"""
+    2.40e-3, which is K1's bf16 rounding itself; the GPU test log at c31e78f, results/native/history.jsonl.)"""
     from lethe.kernels.gdn.native.api import scan_operands_from_triton_ctx
     from lethe.kernels.gdn.native.backend import HYBRID_TC
     from lethe.kernels.gdn.native.k1_operands import k1_operands

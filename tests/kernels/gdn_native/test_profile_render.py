@@ -1,17 +1,19 @@
-"""The backward kernel-profile table: rendered from the committed results/native/profile/<call>/ exactly as
-committed, one line per profiled row, every row that did not run named in the caption."""
+"""The backward kernel-profile table: rendered from the current result (results/native/profile/profile.json, its
+runs) exactly as committed, one line per profiled row, every row that did not run named in the caption."""
 
 from pathlib import Path
 
 import pytest
-from lethe.kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, load_profile_calls, profile_table
+from lethe.kernels.gdn.native.render import PROFILE_HEADER, _short_kernel, profile_table
+
+from lethe.results import load_runs
 
 ROOT = Path(__file__).resolve().parents[3]
 PROF = ROOT / "results" / "native" / "profile"
 
 
 def _calls():
-    return load_profile_calls(sorted(d / "profile.json" for d in PROF.iterdir() if (d / "profile.json").exists()))
+    return load_runs(PROF / "profile.json")
 
 
 def test_short_kernel_names():
@@ -102,18 +104,6 @@ def test_versus_fla_table_never_mixes_calls_and_divides_their_medians():
     # calls without hybrid-tc and fla side by side render nothing
     assert versus_fla_table([(n, {"rows": [r for r in d["rows"] if r["impl"] != "fla"]}, p)
                              for n, d, p in calls]) == ("", "")
-
-
-def test_profile_calls_load_in_call_order_not_string_order(tmp_path):
-    import json
-
-    for name in ("call10", "call9", "call2"):
-        d = tmp_path / name
-        d.mkdir()
-        (d / "profile.json").write_text(json.dumps({"rows": []}))
-        (d / "provenance.json").write_text(json.dumps({"git_sha": name}))
-    calls = load_profile_calls(sorted(tmp_path.glob("*/profile.json")))  # string order: call10, call2, call9
-    assert [n for n, _, _ in calls] == ["call2", "call9", "call10"]
 
 
 def test_sgdn_rows_say_which_kernels_they_timed():
