@@ -160,14 +160,14 @@ def main(argv=None) -> int:
         if "audit_killed" not in _state(run):
             step(run, "audit_killed", audit, timeout_s=a.kill_after)
         step(run, "audit", audit)
-    if "mamba" not in skip:
-        step(run, "mamba_gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/mamba/test_mamba_gpu.py"],
-             timeout_s=240)
     if "latency" not in skip:
         step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
                               "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda",
                               str(a.lat_n), "--n-torch", str(a.lat_n), "--n-phases", "2", "--n-kb", "2",
                               "--build-workers", str(a.build_workers), "--steps", a.lat_steps])
+    if "mamba" not in skip:
+        step(run, "mamba_gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/mamba/test_mamba_gpu.py"],
+             timeout_s=150)
     kernelbench("replica-paper")
     kernelbench("replica-hardened")
     if "sakana" not in skip and a.sakana:
