@@ -213,6 +213,6 @@ def test_sakana_rows_become_a_kernelbench_run_against_their_own_reference(tmp_pa
     assert m[1]["conversion_error"] and not m[0]["conversion_error"] and m[0]["correct"] is False
     items = discover(tmp_path / "run", kernelbench=str(tmp_path / "problems"))
     assert [it["id"] for it in items] == ["level_1_problem_1_sample_0", "level_1_problem_1_sample_2"]
-    assert all(it["reference"] == REF and "lethe_build = _ext" in it["candidate"] for it in items)
+    assert all(it["reference"] == REF and S.TEMPLATE_MARK in it["candidate"] for it in items)
     assert (tmp_path / "problems" / "level1" / "1_Tiny.py").is_file()
     assert S.materialise_kb_layout(rows, tmp_path / "again") == m

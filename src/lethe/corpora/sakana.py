@@ -13,7 +13,7 @@ and a KernelBench-style reference ``Model``. The candidate made here:
   ``Module.parameters()`` would list as bias first), and non-tensor host arguments from same-named attributes.
 
 The CUDA source is compiled lazily, on the first forward, so making and importing the candidate never needs a
-GPU or a compiler; the module's ``lethe_build`` hook lets the verifier's build step compile it up front.
+GPU or a compiler; the verifier's build step compiles it up front through ``_ext`` (:data:`BUILD_HOOK`).
 """
 
 from __future__ import annotations
@@ -29,6 +29,13 @@ from lethe.corpora.classify import classify
 
 _PYBIND = re.compile(r"PYBIND11_MODULE\s*\(\s*TORCH_EXTENSION_NAME\s*,\s*(\w+)\s*\)\s*\{")
 _DEF = re.compile(r"\.def\s*\(\s*\"forward\"\s*,\s*&?\s*([\w:]+)")
+
+
+#: How the verifier's build step (lethe.verifier.worker:build_candidate) recognises a candidate made here and
+#: which module-level function of it builds the extension. Changing the template text changes every candidate's
+#: hash, and with it the uids of committed records (lethe.foreign.ingest), so the hook is named here instead.
+TEMPLATE_MARK = "# ---- candidate built from the archive's CUDA source (lethe.corpora.sakana) ----"
+BUILD_HOOK = "_ext"
 
 
 class ConversionError(ValueError):
@@ -140,11 +147,6 @@ def _ext():
                                 functions=[{fn!r}], verbose=False)
         print(f"[lethe-ext] {ext_name} via {{how}} in {{time.perf_counter() - t0:.2f}} s", file=sys.stderr)
     return _EXT
-
-
-# The verifier's build step calls this after importing the module (lethe.sandbox.extensions), so the lazily
-# built extension is compiled there, once, and never inside the verification process.
-lethe_build = _ext
 
 
 class ModelNew(_SakanaReferenceParams):

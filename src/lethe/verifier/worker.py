@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from lethe.corpora import sakana
 from lethe.sandbox import extensions
 from lethe.verifier.reference import flatten, load_source, overlaps, to_np
 
@@ -185,9 +186,13 @@ def build_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         ns = load_source(payload["cand_src"], "lethe_candidate", src_dir)
         if "ModelNew" not in ns:
             raise NameError("candidate defines no ModelNew")
-        # A candidate that builds its extension lazily (on the first forward) names the build in lethe_build.
-        if callable(ns.get("lethe_build")):
-            ns["lethe_build"]()
+        # A candidate that builds its extension lazily (on the first forward) names the build in lethe_build;
+        # the second corpus's harness (lethe.corpora.sakana) predates that name and has its own.
+        hook = ns.get("lethe_build")
+        if hook is None and sakana.TEMPLATE_MARK in payload["cand_src"]:
+            hook = ns.get(sakana.BUILD_HOOK)
+        if callable(hook):
+            hook()
         ok, error = True, ""
     except BaseException as exc:  # noqa: BLE001 - a build failure is the candidate's compile_fail
         ok, error = False, f"{type(exc).__name__}: {exc}"
