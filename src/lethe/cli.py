@@ -81,6 +81,14 @@ def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: 
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from lethe.sandbox.runner import warm_up
+
+    # The sandbox's zygotes import torch while this process imports the verifier: the reference's (CPU) and,
+    # when the device is known without importing torch, the candidate's.
+    warm_up("cpu")
+    guess = args.device if args.device != "auto" else ("cuda" if os.path.exists("/dev/nvidiactl") else "cpu")
+    if guess != "cpu":
+        warm_up(guess, {"TRITON_INTERPRET": None})
     from lethe.verifier import api
     from lethe.verifier.report import human_summary
     from lethe.verifier.verdict import Verdict

@@ -408,6 +408,26 @@ def run_isolated(
     return _attempt("spawn", workdir, *args)
 
 
+def warm_up(device: str = "cpu", env: dict[str, str | None] | None = None, omp_threads: int = 1,
+            preload: tuple[str, ...] = ("numpy", "torch")) -> None:
+    """Start, in the background, the zygote that a later ``run_isolated`` with these arguments will fork from.
+
+    A command-line verification pays the zygote's import of the preload once per invocation; started first, that
+    import overlaps the command's own start-up (importing the verifier, reading the reference cache). Never
+    raises and never waits: a zygote that cannot start is the later run's business (it falls back to spawn)."""
+    if resolve_start(None) != "zygote":
+        return
+    from lethe.sandbox import zygote as Z
+
+    tmp = Path(tempfile.mkdtemp(prefix="lethe-warm-"))
+    try:
+        Z.acquire(_child_env(env, tmp, device, omp_threads), tuple(preload), device, omp_threads)
+    except Exception:  # noqa: BLE001 - warming is an optimisation only
+        pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def resolve_start(start: str | None) -> str:
     """The start mode a call gets: the argument, else ``LETHE_SANDBOX_START``, else ``DEFAULT_START``."""
     if start is None:
