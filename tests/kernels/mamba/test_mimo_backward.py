@@ -16,7 +16,7 @@ from mamba_helpers import UNIT_ROUNDOFF, assert_within, f64, gamma
 SHAPES = [  # (batch, L, H, P, N, R, chunk, block_p)
     (2, 9, 2, 3, 5, 2, 4, 2),
     (1, 1, 1, 4, 3, 1, 4, None),
-    (1, 7, 3, 5, 4, 3, 16, 4),
+    (1, 7, 3, 5, 4, 3, 8, 4),
 ]
 
 
