@@ -50,6 +50,7 @@ def scan_fwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, y_ptr, ckpt_ptr, 
             c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
             # a masked step has dt = 0 and B = 0: exp(0) * h + 0 leaves h as it was
             h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
+            h = tl.where(m2, h, 0.0)  # padded lanes stay 0: an infinite input times a masked-out B would leave inf * 0 = NaN there
             y_t = tl.sum(h * c_t[None, :], axis=1)
             if HAS_D:
                 y_t += dskip * u_t
@@ -116,6 +117,7 @@ def cp_local_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_pt
         b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
         c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
         h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
+        h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (see scan_fwd_kernel)
         s += dt_t
         y_t = tl.sum(h * c_t[None, :], axis=1)
         if HAS_D:

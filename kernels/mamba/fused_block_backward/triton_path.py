@@ -96,6 +96,7 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
                 b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
                 h = tl.exp(dt_t[:, None] * a) * h + (dt_t * v)[:, None] * b_t[None, :]
+                h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (no inf * 0 = NaN from a masked-out B)
                 tl.store(scratch + i * BLOCK_D * BLOCK_N + tile, h)
             tl.debug_barrier()
             for ii in range(0, CHUNK):
@@ -127,12 +128,13 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 hp = tl.where(i > 0, hp, h0)
                 abar = tl.exp(dt_t[:, None] * a)
                 G = G + dy[:, None] * c_t[None, :]
-                dv = tl.sum(G * b_t[None, :], axis=1) * dt_t
+                gb = tl.sum(G * b_t[None, :], axis=1)  # v factored out of ddelta's sum, as in C2's kernel
+                dv = gb * dt_t
                 if HAS_D:
                     dv += dskip * dy
                     dD += dy * v
-                ddt = tl.sum(G * (a * abar * hp + b_t[None, :] * v[:, None]), axis=1)
-                dA += G * dt_t[:, None] * abar * hp
+                ddt = tl.sum(G * a * abar * hp, axis=1) + gb * v
+                dA += tl.where(ok, G * dt_t[:, None] * abar * hp, 0.0)  # see C2's kernel: no 0 * inf past the end
                 tl.store(ddt_ptr + (row + t) * DM + offs_d, round_to(ddt, ddt_ptr.dtype.element_ty), mask=mt)
                 tl.store(dB_ptr + (part + t) * N + offs_n, tl.sum(G * (dt_t * v)[:, None], axis=0), mask=mn & ok)
                 tl.store(dC_ptr + (part + t) * N + offs_n, tl.sum(h * dy[:, None], axis=0), mask=mn & ok)
