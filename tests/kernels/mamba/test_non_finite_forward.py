@@ -5,12 +5,11 @@ infinite input times a masked-out parameter must not turn into NaN."""
 import pytest
 import torch
 from lethe.kernels.mamba import complex_scan_rope, forward_chunked_scan, fused_block_forward
-
-# numpy under the Triton interpreter warns on inf arithmetic, which is what these tests do on purpose
-pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 from mamba_helpers import make_block_inputs, make_scan_inputs
 from test_complex_scan_rope import make_inputs as rope_inputs
 
+# numpy under the Triton interpreter warns on inf arithmetic, which is what these tests do on purpose
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 def _classes(t):
     return torch.stack([torch.isnan(t), torch.isposinf(t), torch.isneginf(t)])
