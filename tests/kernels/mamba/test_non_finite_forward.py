@@ -11,6 +11,7 @@ from test_complex_scan_rope import make_inputs as rope_inputs
 # numpy under the Triton interpreter warns on inf arithmetic, which is what these tests do on purpose
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
+
 def _classes(t):
     return torch.stack([torch.isnan(t), torch.isposinf(t), torch.isneginf(t)])
 
