@@ -4,7 +4,7 @@
 
     python experiments/mamba/bench.py [--shapes 2,512,1024,16;8,2048,4096,16;8,2048,4096,128] [--dtypes float32,bfloat16] [--json results/mamba/bench/<gpu>.json]
 
-Timing: CUDA events around each call after warm-up, the median of ``--trials`` runs. Forward: ours (C1) vs
+Timing: CUDA events around each call after warm-up, the median of ``--trials`` runs. Forward: ours (C1, serial and chunk-parallel) vs
 ``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (channels-first layout: u, delta [B, D, L]; B, C
 [B, N, L]) vs the torch path. Backward: ours (C2 from the forward's checkpoints) vs the official op's backward
 (through autograd on its output) vs the torch path.
@@ -94,6 +94,11 @@ def bench_shape(m, b, L, d, n, dtype, trials, chunk=64) -> dict:
     except ImportError as exc:
         row["skipped"] = {"official": f"mamba_ssm not importable: {exc}"}
     row["impls"]["ours_triton_fwd"] = time_ms(lambda: m.forward_chunked_scan(*x, chunk=chunk, backend="triton"), trials)
+    ycp = m.forward_chunked_scan(*x, chunk=chunk, backend="triton", scan_mode="chunk_parallel")
+    row["parity"]["fwd_chunk_parallel_vs_serial_scale_rel"] = float((ycp.float() - y.float()).abs().max()
+                                                                    / y.float().abs().max())
+    row["impls"]["ours_triton_fwd_chunk_parallel"] = time_ms(
+        lambda: m.forward_chunked_scan(*x, chunk=chunk, backend="triton", scan_mode="chunk_parallel"), trials)
     _, ckpt, _ = m.forward_chunked_scan(*x, chunk=chunk, backend="triton", return_checkpoints=True)
     row["impls"]["ours_triton_bwd"] = time_ms(
         lambda: m.backward_selective_scan(*x, dy, chunk=chunk, checkpoints=ckpt, backend="triton"), trials)

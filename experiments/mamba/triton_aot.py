@@ -34,7 +34,8 @@ SCHEMA = "lethe.mamba.triton_aot/1"
 TARGETS = ("sm_90a", "sm_100a")
 NUM_WARPS = (2, 4, 8)
 OPS = {"scan_fwd_kernel": "C1 forward_chunked_scan", "scan_bwd_kernel": "C2 backward_selective_scan",
-       "mimo_bwd_kernel": "C3 mimo_backward",
+       "mimo_bwd_kernel": "C3 mimo_backward", "cp_local_kernel": "C1 chunk-parallel: local scans",
+       "cp_carry_kernel": "C1 chunk-parallel: carry", "cp_fix_kernel": "C1 chunk-parallel: fix-up",
        "rope_scan_fwd_kernel": "C4 complex_scan_rope", "block_fwd_kernel": "C5 fused_block_forward",
        "block_bwd_kernel": "C6 fused_block_backward"}
 
@@ -68,6 +69,7 @@ def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtyp
     saved = dict(y=torch.empty(batch, L, d, dtype=f32), rstd=torch.empty(batch, L, dtype=f32), ckpt=ckpt)
     with record_launches(execute=False) as launches:
         m.forward_chunked_scan(u, delta, A, B, C, D, chunk=chunk, backend="triton")
+        m.forward_chunked_scan(u, delta, A, B, C, D, chunk=chunk, backend="triton", scan_mode="chunk_parallel")
         m.backward_selective_scan(u, delta, A, B, C, D, dy, chunk=chunk, checkpoints=ckpt, backend="triton")
         m.fused_block_forward(x, w, bias, delta, A, B, C, D, nw, chunk=chunk, backend="triton")
         m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton")

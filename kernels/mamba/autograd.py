@@ -18,9 +18,9 @@ class SelectiveScanFunction(torch.autograd.Function):
     """y = selective_scan(u, delta, A, B, C, D) with the chunked forward (C1) and the explicit backward (C2)."""
 
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, chunk, backend, num_warps, block_d):
+    def forward(ctx, u, delta, A, B, C, D, chunk, backend, num_warps, block_d, scan_mode):
         y, ckpt, _ = forward_chunked_scan(u, delta, A, B, C, D, chunk=chunk, backend=backend, num_warps=num_warps,
-                                          block_d=block_d, return_checkpoints=True)
+                                          block_d=block_d, return_checkpoints=True, scan_mode=scan_mode)
         ctx.save_for_backward(u, delta, A, B, C, D, ckpt)
         ctx.cfg = (chunk, backend, num_warps, block_d)
         return y
@@ -31,20 +31,21 @@ class SelectiveScanFunction(torch.autograd.Function):
         chunk, backend, num_warps, block_d = ctx.cfg
         grads = backward_selective_scan(u, delta, A, B, C, D, dy, chunk=chunk, checkpoints=ckpt, backend=backend,
                                         num_warps=num_warps, block_d=block_d)
-        return (*grads, None, None, None, None)
+        return (*grads, None, None, None, None, None)
 
 
 def selective_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: str = "auto", num_warps: int = 4,
-                   block_d: int | None = None):
+                   block_d: int | None = None, scan_mode: str = "serial"):
     """The differentiable selective scan: y ``[batch, L, d_model]`` in u's dtype; gradients reach u, delta, A, B, C
-    and D. ``backend="reference"`` is the float64 oracle itself (differentiated by autograd)."""
+    and D. ``backend="reference"`` is the float64 oracle itself (differentiated by autograd); ``scan_mode`` picks the
+    forward's form (both give the checkpoints the backward restarts from)."""
     check_scan(u, delta, A, B, C, D, "selective_scan")
     backend = resolve_backend(backend, u)
     if backend == "reference":
         from .forward_chunked_scan.reference import selective_scan_ref
 
         return selective_scan_ref(u, delta, A, B, C, D)
-    return SelectiveScanFunction.apply(u, delta, A, B, C, D, chunk, backend, num_warps, block_d)
+    return SelectiveScanFunction.apply(u, delta, A, B, C, D, chunk, backend, num_warps, block_d, scan_mode)
 
 
 class FusedBlockFunction(torch.autograd.Function):

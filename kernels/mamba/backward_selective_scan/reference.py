@@ -9,7 +9,7 @@ The hand derivation the kernels implement (per batch element, channel d, state n
 
     G_t      = C_t dy_t + Abar_{t+1} G_{t+1}                         (dL/dh_t, a reverse-time scan)
     du_t     = sum_n G_t delta_t B_t + D dy_t
-    ddelta_t = sum_n G_t (A Abar_t h_{t-1} + B_t u_t)
+    ddelta_t = sum_n G_t A Abar_t h_{t-1} + u_t sum_n G_t B_t
     dA       = sum_t G_t delta_t Abar_t h_{t-1}                       (summed over the batch too)
     dB_t     = sum_d G_t delta_t u_t                                  (over channels)
     dC_t     = sum_d dy_t h_t                                         (over channels)

@@ -57,6 +57,7 @@ def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr,
             dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=md & ok, other=0.0).to(CD)
             b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
             h = tl.exp(dt_t[:, None] * a) * h + (dt_t * u_t)[:, None] * b_t[None, :]
+            h = tl.where(m2, h, 0.0)  # padded lanes stay 0, as in the forward (no inf * 0 = NaN there)
             tl.store(scratch + i * BLOCK_D * BLOCK_N + tile, h)
         tl.debug_barrier()
         for ii in range(0, CHUNK):
@@ -75,12 +76,16 @@ def scan_bwd_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, dy_ptr, ckpt_ptr,
             abar = tl.exp(dt_t[:, None] * a)
             # past the sequence's end dy = 0, so G stays 0 there; masked channels / states load zeros throughout
             G = G + dy_t[:, None] * c_t[None, :]
-            du_t = tl.sum(G * b_t[None, :], axis=1) * dt_t
+            # sum_n G B_t, shared by du (times delta) and ddelta (times u): u factored out of the sum, as the
+            # algebra has it, so an infinite u gives the signed infinity of (sum_n G B) u, not inf - inf
+            gb = tl.sum(G * b_t[None, :], axis=1)
+            du_t = gb * dt_t
             if HAS_D:
                 du_t += dskip * dy_t
                 dD += dy_t * u_t
-            ddt_t = tl.sum(G * (a * abar * hp + b_t[None, :] * u_t[:, None]), axis=1)
-            dA += G * dt_t[:, None] * abar * hp
+            ddt_t = tl.sum(G * a * abar * hp, axis=1) + gb * u_t
+            # a step past the end has G = 0 but may see an infinite state: 0 * inf would put a NaN into dA
+            dA += tl.where(ok, G * dt_t[:, None] * abar * hp, 0.0)
             tl.store(du_ptr + (row + t) * DM + offs_d, round_to(du_t, du_ptr.dtype.element_ty), mask=mt)
             tl.store(ddt_ptr + (row + t) * DM + offs_d, round_to(ddt_t, ddt_ptr.dtype.element_ty), mask=mt)
             dB_t = tl.sum(G * (dt_t * u_t)[:, None], axis=0)

@@ -50,8 +50,9 @@ def rope_scan_fwd_kernel(x_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, th_ptr, y_ptr, L, H
             # a masked step has dt = 0 and theta = 0: alpha = 1, no rotation, no input -- the state is unchanged
             ne = alpha * (cs * he - sn * ho) + (dt_t * be)[:, None] * x_t[None, :]
             no = alpha * (sn * he + cs * ho) + (dt_t * bo)[:, None] * x_t[None, :]
-            he = ne
-            ho = no
+            # padded rows / columns stay 0: an infinite x times a masked-out B would leave inf * 0 = NaN there
+            he = tl.where(me[:, None] & mp[None, :], ne, 0.0)
+            ho = tl.where(mo[:, None] & mp[None, :], no, 0.0)
             y_t = tl.sum(he * ce[:, None], axis=0) + tl.sum(ho * co[:, None], axis=0)
             tl.store(y_ptr + r * P + offs_p, round_to(y_t, y_ptr.dtype.element_ty), mask=mp & ok)
 

@@ -4,7 +4,9 @@
 ``[batch, L, d_model]`` in u's dtype; with ``return_checkpoints=True`` it returns ``(y, checkpoints, h_last)``,
 the float32 states at every chunk start (what the backward restarts from) and after the last step. Backends:
 ``"reference"`` (float64 oracle; y in float64), ``"torch"`` (portable), ``"triton"`` (CUDA, or the CPU interpreter
-under ``TRITON_INTERPRET=1``), ``"auto"`` (Triton where it can run, torch otherwise).
+under ``TRITON_INTERPRET=1``), ``"auto"`` (Triton where it can run, torch otherwise). ``scan_mode`` picks the
+serial walk or the chunk-parallel form (:data:`SCAN_MODES`; the reference ignores it); both give the same
+checkpoints, so either feeds the backward.
 """
 
 from __future__ import annotations
@@ -13,13 +15,19 @@ import torch
 
 from .._common import check_scan, resolve_backend
 
+# "serial": one program walks all of time per channel block; "chunk_parallel": the chunks are scanned side by
+# side from zero states, then a carry pass and a fix-up (three launches). Same results up to rounding.
+SCAN_MODES = ("serial", "chunk_parallel")
+
 
 def forward_chunked_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: str = "auto", num_warps: int = 4,
-                         block_d: int | None = None, return_checkpoints: bool = False):
+                         block_d: int | None = None, return_checkpoints: bool = False, scan_mode: str = "serial"):
     """Run the chunked selective-scan forward on the chosen backend (see the module docstring)."""
     check_scan(u, delta, A, B, C, D, "forward_chunked_scan")
     if chunk < 1:
         raise ValueError(f"forward_chunked_scan: chunk must be >= 1, got {chunk}")
+    if scan_mode not in SCAN_MODES:
+        raise ValueError(f"forward_chunked_scan: scan_mode must be one of {SCAN_MODES}, got {scan_mode!r}")
     backend = resolve_backend(backend, u)
     if backend == "reference":
         from .reference import selective_scan_ref
@@ -32,14 +40,16 @@ def forward_chunked_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: st
         before = torch.cat([torch.zeros_like(hs[:, :1]), hs[:, :-1]], 1)
         return y, before[:, ::chunk].clone(), hs[:, -1]
     if backend == "torch":
-        from .torch_path import scan_fwd
+        from .torch_path import scan_fwd, scan_fwd_chunk_parallel
 
-        out = scan_fwd(u, delta, A, B, C, D, chunk)
+        fwd = scan_fwd if scan_mode == "serial" else scan_fwd_chunk_parallel
+        out = fwd(u, delta, A, B, C, D, chunk)
     else:
-        from .triton_path import scan_fwd
+        from .triton_path import scan_fwd, scan_fwd_chunk_parallel
 
-        out = scan_fwd(u, delta, A, B, C, D, chunk, num_warps=num_warps, block_d=block_d)
+        fwd = scan_fwd if scan_mode == "serial" else scan_fwd_chunk_parallel
+        out = fwd(u, delta, A, B, C, D, chunk, num_warps=num_warps, block_d=block_d)
     return out if return_checkpoints else out[0]
 
 
-__all__ = ["forward_chunked_scan"]
+__all__ = ["SCAN_MODES", "forward_chunked_scan"]

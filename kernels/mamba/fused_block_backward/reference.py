@@ -5,8 +5,8 @@
 stage in reverse (``dout`` the incoming gradient; sums over d are over channels)::
 
     dg[d]   = sum_{batch,t} dout_t[d] y_t[d] r_t
-    s_t     = sum_d g[d] dout_t[d] y_t[d]
-    dy_t[d] = r_t g[d] dout_t[d] - y_t[d] r_t^3 s_t / d_model             (RMSNorm; dy = dout without it)
+    s_t     = sum_d g[d] dout_t[d] y_t[d] r_t
+    dy_t[d] = r_t (g[d] dout_t[d] - y_t[d] r_t s_t / d_model)            (RMSNorm; dy = dout without it)
     (dv, ddelta, dA, dB, dC, dD) = the selective scan's backward with input v and incoming dy
                                    (lethe.kernels.mamba.backward_selective_scan.reference)
     dp_t    = dv_t silu'(p_t),   silu'(p) = s (1 + p (1 - s)),  s = sigmoid(p)

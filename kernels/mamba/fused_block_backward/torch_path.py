@@ -28,8 +28,9 @@ def block_bwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, dout, s
     else:
         y, rstd = saved["y"].to(cd), saved["rstd"].to(cd)[..., None]
         g = norm_weight.to(cd)
-        s = (g * do * y).sum(-1, keepdim=True)
-        dy = rstd * g * do - y * rstd.pow(3) * s / d
+        yn = y * rstd  # the normalised output: dy = r (g dout - yn s / d), s = sum g dout yn (see the Triton kernel)
+        s = (g * do * yn).sum(-1, keepdim=True)
+        dy = rstd * (g * do - yn * (s / d))
         dg = (do * y * rstd).sum((0, 1)).to(norm_weight.dtype)
     tc = lambda t: None if t is None else t.to(cd)
     dv, ddt, dA, dB, dC, dD = scan_bwd(v, tc(delta), tc(A), tc(B), tc(C), tc(D), dy, saved["ckpt"], chunk)

@@ -1,7 +1,9 @@
 """The Triton path of the fused block backward (no ``tl.dot``), grid ``(batch,)`` like the forward.
 
-1. (with the norm) ``s_t = sum_d g dout y`` over all channel blocks, per time block, into a float32 workspace;
-   a barrier.
+1. (with the norm) ``s_t = sum_d g dout y r`` over all channel blocks, per time block, into a float32
+   workspace; a barrier. The norm's backward is formed as ``dy = r (g dout - (y r) s_t / d_model)``: every factor
+   is of the size of the normalised output or of dout, so nothing overflows or underflows where the gradient is
+   representable (``y r^3 s`` with r ~ 1e-19 would).
 2. Per channel block, the chunks from the last: recompute the chunk's states (the conv + SiLU input made on the
    fly again, the checkpoint of the forward as the start) into a per-program scratch, a barrier, then the
    reverse steps: dy from the norm's backward, the scan's reverse carry (C2's equations with input v), then
@@ -50,7 +52,8 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 m = mt[:, None] & md[None, :]
                 off = (row + offs_t[:, None]) * DM + offs_d[None, :]
                 do = tl.load(dout_ptr + off, mask=m, other=0.0).to(CD)
-                yt = tl.load(y_ptr + off, mask=m, other=0.0)
+                rt = tl.load(rstd_ptr + row + offs_t, mask=mt, other=0.0)
+                yt = tl.load(y_ptr + off, mask=m, other=0.0) * rt[:, None]
                 g = tl.load(nw_ptr + offs_d, mask=md, other=0.0).to(CD)
                 s += tl.sum(do * yt * g[None, :], axis=1)
             tl.store(s_ptr + row + offs_t, s, mask=mt)
@@ -96,6 +99,7 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
                 b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
                 h = tl.exp(dt_t[:, None] * a) * h + (dt_t * v)[:, None] * b_t[None, :]
+                h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (no inf * 0 = NaN from a masked-out B)
                 tl.store(scratch + i * BLOCK_D * BLOCK_N + tile, h)
             tl.debug_barrier()
             for ii in range(0, CHUNK):
@@ -118,7 +122,7 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                     y_t = tl.load(y_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0)
                     r_t = tl.load(rstd_ptr + row + t, mask=ok, other=0.0)
                     s_t = tl.load(s_ptr + row + t, mask=ok, other=0.0)
-                    dy = r_t * g * do - y_t * (r_t * r_t * r_t * s_t / DM)
+                    dy = r_t * (g * do - (y_t * r_t) * (s_t / DM))
                     dg += do * y_t * r_t
                 else:
                     dy = do
@@ -127,12 +131,13 @@ def block_bwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 hp = tl.where(i > 0, hp, h0)
                 abar = tl.exp(dt_t[:, None] * a)
                 G = G + dy[:, None] * c_t[None, :]
-                dv = tl.sum(G * b_t[None, :], axis=1) * dt_t
+                gb = tl.sum(G * b_t[None, :], axis=1)  # v factored out of ddelta's sum, as in C2's kernel
+                dv = gb * dt_t
                 if HAS_D:
                     dv += dskip * dy
                     dD += dy * v
-                ddt = tl.sum(G * (a * abar * hp + b_t[None, :] * v[:, None]), axis=1)
-                dA += G * dt_t[:, None] * abar * hp
+                ddt = tl.sum(G * a * abar * hp, axis=1) + gb * v
+                dA += tl.where(ok, G * dt_t[:, None] * abar * hp, 0.0)  # see C2's kernel: no 0 * inf past the end
                 tl.store(ddt_ptr + (row + t) * DM + offs_d, round_to(ddt, ddt_ptr.dtype.element_ty), mask=mt)
                 tl.store(dB_ptr + (part + t) * N + offs_n, tl.sum(G * (dt_t * v)[:, None], axis=0), mask=mn & ok)
                 tl.store(dC_ptr + (part + t) * N + offs_n, tl.sum(h * dy[:, None], axis=0), mask=mn & ok)

@@ -24,6 +24,8 @@ def block_fwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps: fl
     y, ckpt, _ = scan_fwd(v, delta.to(cd), A.to(cd), B.to(cd), C.to(cd), None if D is None else D.to(cd), chunk)
     if norm_weight is None:
         return y.to(x.dtype), dict(y=y, rstd=None, ckpt=ckpt)
-    rstd = torch.rsqrt(y.pow(2).mean(-1) + eps)
+    # y scaled by max(max|y|, 1) before squaring, as the Triton kernel: y^2 overflows float32 long before r does
+    sc = y.abs().amax(-1).clamp_min(1.0)
+    rstd = 1.0 / (sc * torch.sqrt((y / sc[..., None]).pow(2).mean(-1) + eps / (sc * sc)))
     out = y * rstd[..., None] * norm_weight.to(cd)
     return out.to(x.dtype), dict(y=y, rstd=rstd, ckpt=ckpt)

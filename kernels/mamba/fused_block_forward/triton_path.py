@@ -66,6 +66,7 @@ def block_fwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
                 b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
                 c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
                 h = tl.exp(dt_t[:, None] * a) * h + (dt_t * v)[:, None] * b_t[None, :]
+                h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (no inf * 0 = NaN from a masked-out B)
                 y_t = tl.sum(h * c_t[None, :], axis=1)
                 if HAS_D:
                     y_t += dskip * v
@@ -78,13 +79,22 @@ def block_fwd_kernel(x_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr,
         for tb in range(0, N_TBLK):
             offs_t = tb * BLOCK_T + tl.arange(0, BLOCK_T)
             mt = offs_t < L
-            ss = tl.zeros([BLOCK_T], dtype=CD)
+            # r = (mean y^2 + eps)^(-1/2) with y scaled by sc = max(max|y|, 1) before squaring: y^2 overflows
+            # float32 from |y| ~ 2e19 on while r and the output are still representable
+            amax = tl.zeros([BLOCK_T], dtype=CD)
             for db in range(0, N_DBLK):
                 offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
                 m = mt[:, None] & (offs_d < DM)[None, :]
                 yt = tl.load(y_ptr + (row + offs_t[:, None]) * DM + offs_d[None, :], mask=m, other=0.0)
+                amax = tl.maximum(amax, tl.max(tl.abs(yt), axis=1))
+            sc = tl.maximum(amax, 1.0)
+            ss = tl.zeros([BLOCK_T], dtype=CD)
+            for db in range(0, N_DBLK):
+                offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)
+                m = mt[:, None] & (offs_d < DM)[None, :]
+                yt = tl.load(y_ptr + (row + offs_t[:, None]) * DM + offs_d[None, :], mask=m, other=0.0) / sc[:, None]
                 ss += tl.sum(yt * yt, axis=1)
-            r = 1.0 / tl.sqrt(ss / DM + eps)
+            r = 1.0 / (sc * tl.sqrt(ss / DM + eps / (sc * sc)))
             tl.store(rstd_ptr + row + offs_t, r, mask=mt)
             for db in range(0, N_DBLK):
                 offs_d = db * BLOCK_D + tl.arange(0, BLOCK_D)

@@ -33,6 +33,7 @@ def mimo_bwd_kernel(x_ptr, dt_ptr, al_ptr, b_ptr, c_ptr, wx_ptr, wo_ptr, dy_ptr,
     offs_r = tl.arange(0, BLOCK_R)
     mn = offs_n < N
     mp = offs_p < P
+    m2 = mn[:, None] & mp[None, :]
     tile = tl.arange(0, BLOCK_N)[:, None] * BLOCK_P + tl.arange(0, BLOCK_P)[None, :]
     TS = BLOCK_N * BLOCK_P
     ckpt = ckpt_ptr + prog * N_CHUNKS * TS
@@ -54,6 +55,7 @@ def mimo_bwd_kernel(x_ptr, dt_ptr, al_ptr, b_ptr, c_ptr, wx_ptr, wo_ptr, dy_ptr,
                 wx_r = tl.load(wx_ptr + (hi * R + r) * P + offs_p, mask=mp, other=0.0).to(CD)
                 u += b_r[:, None] * (wx_r * x_t)[None, :]
             h = tl.exp(dt_t * al) * h + dt_t * u
+            h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (no inf * 0 = NaN from masked-out B or weights)
     tl.debug_barrier()
     G = tl.zeros([BLOCK_N, BLOCK_P], dtype=CD)
     dal = tl.zeros([BLOCK_N, BLOCK_P], dtype=CD)
@@ -75,6 +77,7 @@ def mimo_bwd_kernel(x_ptr, dt_ptr, al_ptr, b_ptr, c_ptr, wx_ptr, wo_ptr, dy_ptr,
                 wx_r = tl.load(wx_ptr + (hi * R + r) * P + offs_p, mask=mp, other=0.0).to(CD)
                 u += b_r[:, None] * (wx_r * x_t)[None, :]
             h = tl.exp(dt_t * al) * h + dt_t * u
+            h = tl.where(m2, h, 0.0)  # padded lanes stay 0 (no inf * 0 = NaN from masked-out B or weights)
             tl.store(scratch + i * TS + tile, h)
         tl.debug_barrier()
         for ii in range(0, CHUNK):
@@ -110,12 +113,13 @@ def mimo_bwd_kernel(x_ptr, dt_ptr, al_ptr, b_ptr, c_ptr, wx_ptr, wo_ptr, dy_ptr,
                 dX = dt_t * tl.sum(G * b_r[:, None], axis=0)
                 dx += wx_r * dX
                 sel = offs_r[:, None] == r
-                dwx = tl.where(sel, dwx + (x_t * dX)[None, :], dwx)
-                dwo = tl.where(sel, dwo + (tl.sum(h * c_r[:, None], axis=0) * dy_t)[None, :], dwo)
+                # past the end (ok false) nothing is added: the state there may be infinite and 0 * inf is NaN
+                dwx = tl.where(sel & ok, dwx + (x_t * dX)[None, :], dwx)
+                dwo = tl.where(sel & ok, dwo + (tl.sum(h * c_r[:, None], axis=0) * dy_t)[None, :], dwo)
             tl.store(dx_ptr + row * P + offs_p, round_to(dx, dx_ptr.dtype.element_ty), mask=mp & ok)
             ddt = tl.sum(tl.sum(G * (al * a * hp + u), axis=1), axis=0)
             tl.store(ddt_ptr + part, ddt, mask=ok)
-            dal += dt_t * a * G * hp
+            dal += tl.where(ok, dt_t * a * G * hp, 0.0)
             G = G * a
         tl.debug_barrier()  # the next chunk rewrites the scratch
     tl.store(dal_ptr + prog, tl.sum(tl.sum(dal, axis=1), axis=0))

@@ -85,9 +85,10 @@ def make_block_inputs(b=2, L=9, d=5, n=3, k=4, dtype=torch.float64, seed=0, cohe
 
 def block_forward_steps(L: int, n: int, d: int, k: int) -> int:
     """The fused forward's chain: the conv (k products and k adds, the bias: 2k + 1), SiLU (exp, add, divide,
-    taken as 4), the scan (scan_forward_steps), the norm (the d-term mean square, the add of eps, rsqrt as 2 ulp,
-    two products: d + 6)."""
-    return (2 * k + 1) + 4 + scan_forward_steps(L, n) + (d + 6)
+    taken as 4), the scan (scan_forward_steps), the norm (the scaling of y by its row maximum, the d-term mean
+    square, its division by d and the add of eps / sc^2, the square root and the reciprocal taken as 2 ulp each --
+    the GPU's approximate forms --, the product by sc, two output products: d + 11)."""
+    return (2 * k + 1) + 4 + scan_forward_steps(L, n) + (d + 11)
 
 
 def block_backward_steps(b: int, L: int, n: int, d: int, k: int) -> int:

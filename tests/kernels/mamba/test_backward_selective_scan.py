@@ -91,6 +91,22 @@ def test_autograd_function_matches_direct_backward():
         assert torch.equal(t.grad, r), name
 
 
+def test_chunk_parallel_forward_feeds_the_backward():
+    """selective_scan with the chunk-parallel forward: its checkpoints restart the same backward, so the gradients
+    agree with the serial forward's within the backward's bound (both against the same oracle)."""
+    x = make_scan_inputs(2, 13, 4, 3, dtype=torch.float32)
+    dy = _dy(2, 13, 4, torch.float32)
+    grads = {}
+    for mode in ("serial", "chunk_parallel"):
+        leaves = [t.clone().requires_grad_(True) for t in x]
+        selective_scan(*leaves, chunk=4, backend="triton", scan_mode=mode).backward(dy)
+        grads[mode] = [t.grad for t in leaves]
+    mag = selective_scan_grads_magnitude(*f64(*x, dy))
+    g = gamma(scan_backward_steps(13, 3, 4) + 4 * 5, UNIT_ROUNDOFF[torch.float32])
+    for name, a, b, m in zip(GRAD_NAMES, grads["serial"], grads["chunk_parallel"], mag, strict=True):
+        assert_within(name, a, b, 2 * g * m)
+
+
 def test_backward_is_deterministic():
     """Two runs give the same bits: cross-program sums are partials summed by torch, never atomics."""
     x = make_scan_inputs(2, 9, 5, 3, dtype=torch.float32)
@@ -109,3 +125,24 @@ def test_bad_checkpoints_and_dy_are_refused():
         backward_selective_scan(*x, dy, chunk=2, checkpoints=ckpt, backend="torch")
     with pytest.raises(MambaShapeError, match="dy has shape"):
         backward_selective_scan(*x, dy[:, :8], chunk=4, backend="torch")
+
+
+def _classes(t):
+    return torch.stack([torch.isnan(t), torch.isposinf(t), torch.isneginf(t)])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter warns on inf arithmetic
+def test_non_finite_inputs_give_the_oracles_non_finite_pattern():
+    """With a NaN, a +inf and a -inf in u, every gradient has the oracle's non-finite pattern element by element
+    (NaN, +inf, -inf told apart): in particular ddelta at an infinite u_t is (sum_n G B) u_t, a signed infinity,
+    where summing G B u term by term would give inf - inf = NaN."""
+    x = list(make_scan_inputs(1, 9, 4, 3))
+    u = x[0].clone()
+    u[0, 2, 1], u[0, 4, 2], u[0, 6, 3] = float("nan"), float("inf"), float("-inf")
+    x[0] = u
+    dy = _dy(1, 9, 4)
+    ref = selective_scan_grads_ref(*x, dy)
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        got = backward_selective_scan(*(t.to(dtype) for t in x), dy.to(dtype), chunk=4, backend=backend)
+        for name, a, r in zip(GRAD_NAMES, got, ref, strict=True):
+            assert torch.equal(_classes(a), _classes(r)), (backend, name)

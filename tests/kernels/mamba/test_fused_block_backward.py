@@ -121,3 +121,39 @@ def test_guards():
     saved = fused_block_forward(*ins, chunk=4, backend="torch", return_saved=True)[1]
     with pytest.raises(MambaShapeError, match="saved checkpoints"):
         fused_block_backward(*ins, dout, chunk=2, saved=saved, backend="torch")
+
+
+def _classes(t):
+    return torch.stack([torch.isnan(t), torch.isposinf(t), torch.isneginf(t)])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter warns on inf arithmetic
+def test_non_finite_inputs_give_the_oracles_non_finite_pattern():
+    """One +inf in x of a sign-coherent block without the norm, and dout >= 0: the infinity reaches the state and
+    every later state, G >= 0, so the oracle's dA is +inf there (not NaN) -- and the kernel must match it element
+    by element (NaN, +inf, -inf told apart), which it only does if the past-the-end steps of the last chunk (G = 0,
+    state infinite) add nothing rather than 0 * inf."""
+    ins = list(make_block_inputs(1, 9, 4, 3, 4, coherent=True, with_norm=False))
+    x = ins[0].clone()
+    x[0, 5, 2] = float("inf")
+    ins[0] = x
+    dout = _dout(1, 9, 4).abs()
+    ref = fused_block_grads_ref(*ins, dout)
+    assert torch.isposinf(ref[4]).any()  # the case the test is about: an infinite, not NaN, dA
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        got = fused_block_backward(*(t if t is None else t.to(dtype) for t in ins), dout.to(dtype), chunk=4,
+                                   backend=backend)
+        for name, a, r in zip(GRAD_NAMES, got, ref, strict=True):
+            if r is not None:
+                assert torch.equal(_classes(a), _classes(r)), (backend, name)
+
+
+def test_norm_backward_of_a_huge_y_does_not_underflow():
+    """|y| near 1e20: r^3 ~ 1e-60 underflows float32 where every gradient is representable. The backward forms the
+    norm's part as r (g dout - (y r) s / d_model), each factor of order one or of dout, so every gradient stays
+    within its bound."""
+    ins = list(make_block_inputs(1, 6, 4, 3, 4, dtype=torch.float32, coherent=True))
+    ins[0] = ins[0] * 1e19
+    dout = _dout(1, 6, 4, torch.float32)
+    got = fused_block_backward(*ins, dout, chunk=4, backend="triton")
+    _check(got, ins, dout, 1, 6, 3, 4, 4, torch.float32)

@@ -117,3 +117,14 @@ def test_other_shape_guards():
         fused_block_forward(x[:, :3], w, bias, delta[:, :1], A, B[:, :1], C[:, :1], D, nw, backend="triton")
     with pytest.raises(MambaShapeError, match="delta has shape"):
         fused_block_forward(x, w, bias, delta[:, :5], A, B, C, D, nw, backend="triton")
+
+
+def test_norm_of_a_huge_y_does_not_overflow():
+    """|y| near 1e20 (x scaled by 1e19): y^2 overflows float32 while r ~ 1e-20 and the output, of order one, do
+    not. The kernel scales y by its row maximum before squaring, so the output stays finite and within the bound."""
+    ins = list(make_block_inputs(1, 6, 4, 3, 4, dtype=torch.float32, coherent=True))
+    ins[0] = ins[0] * 1e19
+    got = fused_block_forward(*ins, chunk=4, backend="triton")
+    ref = fused_block_forward(*ins, backend="reference")
+    assert float(ref.abs().max()) < 10 and torch.isfinite(got).all()
+    assert_within("out", got, ref, _bound(ins, 6, 3, 4, 4, torch.float32, ref))

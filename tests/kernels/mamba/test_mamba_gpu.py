@@ -53,3 +53,50 @@ def test_fused_block_forward_on_gpu():
     ref = fused_block_forward(*ins, backend="reference")
     M = fused_block_magnitude(*f64(*ins))
     assert_within("out", out, ref, gamma(block_forward_steps(L, n, d, k), UNIT_ROUNDOFF[torch.float32]) * M["OUT"])
+
+
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_fused_block_backward_on_gpu(num_warps):
+    """C6 compiled for this GPU at each num_warps, coherent draw, every gradient within its derived bound."""
+    from lethe.kernels.mamba import fused_block_backward
+    from lethe.kernels.mamba.fused_block_backward.reference import (
+        GRAD_NAMES,
+        fused_block_grads_magnitude,
+        fused_block_grads_ref,
+    )
+    from mamba_helpers import block_backward_steps
+
+    b, L, d, n, k = 2, 21, 12, 8, 4
+    ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32, coherent=True)
+    dout = torch.randn(b, L, d)
+    got = fused_block_backward(*(t.cuda() for t in ins), dout.cuda(), chunk=8, backend="triton", num_warps=num_warps)
+    ref = fused_block_grads_ref(*f64(*ins, dout))
+    mag = fused_block_grads_magnitude(*f64(*ins, dout))
+    g = gamma(block_backward_steps(b, L, n, d, k), UNIT_ROUNDOFF[torch.float32])
+    for name, a, r, m in zip(GRAD_NAMES, got, ref, mag, strict=True):
+        assert_within(name, a.cpu(), r, g * m)
+
+
+@pytest.mark.parametrize("num_warps", [2, 4, 8])
+def test_mamba3_kernels_on_gpu(num_warps):
+    """C3 and C4 compiled for this GPU at each num_warps, within the CPU tests' bounds."""
+    from lethe.kernels.mamba import complex_scan_rope, mimo_backward
+    from lethe.kernels.mamba.complex_scan_rope.reference import complex_scan_rope_magnitude
+    from lethe.kernels.mamba.mimo_backward.reference import mimo_scan_grads_magnitude, mimo_scan_grads_ref
+    from test_complex_scan_rope import make_inputs as rope_inputs
+    from test_complex_scan_rope import steps as rope_steps
+    from test_mimo_backward import make_inputs as mimo_inputs
+    from test_mimo_backward import steps as mimo_steps
+
+    ins = rope_inputs(2, 19, 3, 10, 12, 5, dtype=torch.float32)
+    y = complex_scan_rope(*(t.cuda() for t in ins), chunk=8, backend="triton", num_warps=num_warps).cpu()
+    ref = complex_scan_rope(*ins, backend="reference")
+    Y = complex_scan_rope_magnitude(*f64(*ins))
+    assert_within("y", y, ref, gamma(rope_steps(19, 12), UNIT_ROUNDOFF[torch.float32]) * Y)
+    ins, dy = mimo_inputs(2, 19, 3, 10, 12, 2, dtype=torch.float32)
+    got = mimo_backward(*(t.cuda() for t in ins), dy.cuda(), chunk=8, backend="triton", num_warps=num_warps)
+    refs = mimo_scan_grads_ref(*f64(*ins, dy))
+    mags = mimo_scan_grads_magnitude(*f64(*ins, dy))
+    g = gamma(mimo_steps(2, 19, 12, 10, 2), UNIT_ROUNDOFF[torch.float32])
+    for a, r, m in zip(got, refs, mags, strict=True):
+        assert_within("grad", a.cpu(), r, g * m)

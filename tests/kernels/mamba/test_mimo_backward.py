@@ -16,7 +16,7 @@ from mamba_helpers import UNIT_ROUNDOFF, assert_within, f64, gamma
 SHAPES = [  # (batch, L, H, P, N, R, chunk, block_p)
     (2, 9, 2, 3, 5, 2, 4, 2),
     (1, 1, 1, 4, 3, 1, 4, None),
-    (1, 7, 3, 5, 4, 3, 16, 4),
+    (1, 7, 3, 5, 4, 3, 8, 4),
 ]
 
 
@@ -115,3 +115,28 @@ def test_guards():
         mimo_backward(x, dt, alpha[:1], B, C, wx, wo, dy, backend="torch")
     with pytest.raises(MambaShapeError, match="dy has shape"):
         mimo_backward(x, dt, alpha, B, C, wx, wo, dy[:, :3], backend="torch")
+
+
+def _classes(t):
+    return torch.stack([torch.isnan(t), torch.isposinf(t), torch.isneginf(t)])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter warns on inf arithmetic
+def test_non_finite_inputs_give_the_oracles_non_finite_pattern():
+    """One +inf in x with B, C, the MIMO weights and dy non-negative: the infinity reaches every later state and
+    G >= 0, so the oracle's dalpha and dmimo_o are infinite (not NaN) -- and the kernel must match them element by
+    element (NaN, +inf, -inf told apart), which it only does if the past-the-end steps of the last chunk add
+    nothing rather than 0 * inf."""
+    ins, dy = make_inputs(1, 9, 2, 3, 4, 2)
+    x, dt, alpha, B, C, wx, wo = ins
+    x = x.abs().clone()
+    x[0, 4, 1, 2] = float("inf")
+    ins = (x, dt, alpha, B.abs(), C.abs(), wx.abs(), wo.abs())
+    dy = dy.abs()
+    ref = mimo_scan_grads_ref(*ins, dy)
+    assert torch.isposinf(ref[2]).any()  # the case the test is about: an infinite, not NaN, dalpha
+    for backend, dtype in (("torch", torch.float64), ("triton", torch.float32)):
+        kw = dict(chunk=4) if backend == "triton" else {}
+        got = mimo_backward(*(t.to(dtype) for t in ins), dy.to(dtype), backend=backend, **kw)
+        for name, a, r in zip(GRAD_NAMES, got, ref, strict=True):
+            assert torch.equal(_classes(a), _classes(r)), (backend, name)
