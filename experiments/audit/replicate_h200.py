@@ -197,7 +197,7 @@ def collect(run: Path, dest: Path) -> int:
             return rel.name == "manifest.jsonl"
         if "work" in rel.parts:
             # Checkpoints too: an audit cut short by the lease still brings back every row it finished.
-            return rel.suffix in (".jsonl", ".log") or rel.name == "spec.json"
+            return rel.suffix in (".jsonl", ".log", ".attempts") or rel.name == "spec.json"
         return rel.suffix in (".json", ".jsonl", ".parquet", ".log")
 
     with tarfile.open(dest, "w:gz") as tar:

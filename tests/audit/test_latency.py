@@ -42,7 +42,7 @@ def test_pairs_folder_and_summary(tmp_path):
         "c": {"kind": "pytorch", "cold": {"wall_s": 3.0}}}}
     s = L.summarise(doc)
     assert s["cuda"]["cold_median_s"] == 5.0 and s["cuda"]["warm_median_s"] == 2.0
-    assert s["cuda"]["build_median_s"] == 30.0  # a cached build is not a build time
+    assert s["cuda"]["build_median_s"] == 30.0  # b's build was cached and recorded no time of its own
     assert s["cuda"]["phase_share"]["candidate_s"] == 0.5
     assert s["pytorch"]["n"] == 1 and s["pytorch"]["warm_median_s"] is None
 

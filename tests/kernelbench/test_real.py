@@ -527,3 +527,13 @@ def test_agreement_table_renders_counts_in_rule_order(tmp_path):
     assert "| compile_env | 1 |" in classes and "| tolerance_edge | 1 |" in classes
     assert "| all disagreements | 2 |" in classes
     assert all(p.exists() for p in out)
+
+
+def test_relative_paths_work_from_another_directory(fake, monkeypatch):
+    """The workers judge from their own working directories: a relative --checkout / run folder must still be
+    found (it once failed every kernel with 'checkout is not a directory')."""
+    run_dir = make_run(fake["tmp"], {1: cand("a")})
+    monkeypatch.chdir(fake["tmp"])
+    s = real.run(os.path.relpath(run_dir), "out", impl="real", checkout="kb", device="cpu", progress=False)
+    rows = rows_of(fake["tmp"] / "out")
+    assert list(rows) == [rid(1)] and rows[rid(1)]["correct"] is True, s

@@ -34,3 +34,47 @@ rule audit_floor_table:
         "logs/audit/floor_table_{corpus}.log",
     script:
         "../scripts/published_render.py"
+
+
+# The one-machine GPU run of a mixed KernelBench folder (audit_compute.smk: audit_gpu_run / audit_gpu_ingest):
+# its audit table by candidate origin and the latency table of lethe verify. Registered once committed.
+GPU_RUN_CORPUS = config["audit"].get("gpu_run", {}).get("corpus", "mixed")
+GPU_RUN_DIR = f"results/audit/{GPU_RUN_CORPUS}"
+if os.path.exists(os.path.join(workflow.basedir, GPU_RUN_DIR, "rows.parquet")):
+    RENDER_TARGETS.extend([f"paper/tables/audit_{GPU_RUN_CORPUS}_h200.md", f"paper/tables/audit_{GPU_RUN_CORPUS}_h200.tex"])
+if os.path.exists(os.path.join(workflow.basedir, "results", "tool", "latency", "latency.json")):
+    RENDER_TARGETS.extend(["paper/tables/tool_latency.md", "paper/tables/tool_latency.tex"])
+
+
+rule audit_gpu_run_table:
+    conda:
+        CONDA_ENV
+    input:
+        rows=f"{GPU_RUN_DIR}/rows.parquet",
+        origin=f"{GPU_RUN_DIR}/origin.json",
+        resume=f"{GPU_RUN_DIR}/resume.json",
+        builds=f"{GPU_RUN_DIR}/builds.jsonl",
+        prereg=f"{GPU_RUN_DIR}/preregistered.json",
+    output:
+        md=f"paper/tables/audit_{GPU_RUN_CORPUS}_h200.md",
+        tex=f"paper/tables/audit_{GPU_RUN_CORPUS}_h200.tex",
+    params:
+        corpus=GPU_RUN_CORPUS,
+    log:
+        "logs/audit/gpu_run_table.log",
+    script:
+        "../scripts/audit_gpu_run_render.py"
+
+
+rule tool_latency_table:
+    conda:
+        CONDA_ENV
+    input:
+        latency="results/tool/latency/latency.json",
+    output:
+        md="paper/tables/tool_latency.md",
+        tex="paper/tables/tool_latency.tex",
+    log:
+        "logs/audit/tool_latency_table.log",
+    script:
+        "../scripts/tool_latency_render.py"

@@ -129,3 +129,53 @@ rule leaderboard_corpus:
         "logs/audit/leaderboard_corpus.log",
     script:
         "../scripts/audit_leaderboard_corpus.py"
+
+
+# One GPU machine, end to end (experiments/audit/replicate_h200.py): extension builds, KernelBench's own check,
+# the Lethe audit under all three profiles (with its kill -9 resume test), the latency benchmark and the replicas,
+# on the mixed KernelBench run folder; the driver is resumable step by step (RUN/state.json), and packs what it
+# measured (never a candidate source). audit_gpu_ingest turns the pack into committed results.
+GPU_RUN = config["audit"].get("gpu_run", {})
+GPU_RUN_PY = python_cmd()
+
+
+rule audit_gpu_run:
+    conda:
+        CONDA_ENV
+    input:
+        kb=config["corpora"]["kernelbench"],
+        raw=config["corpora"]["leaderboard"]["raw"],
+        driver="experiments/audit/replicate_h200.py",
+    output:
+        pack="cache/audit/gpu_run/results.tar.gz",
+    params:
+        run="cache/audit/gpu_run/run",
+        subset=GPU_RUN.get("subset", 8),
+        n_self=GPU_RUN.get("n_self", 8),
+        latency_n=GPU_RUN.get("latency_n", 10),
+        python=GPU_RUN_PY,
+    resources:
+        gpu=1,
+    log:
+        "logs/audit/gpu_run.log",
+    shell:
+        "{params.python} {input.driver} --run {params.run} --kb $(realpath {input.kb}) --raw $(realpath {input.raw}) "
+        "--subset {params.subset} --n-self {params.n_self} --lat-n {params.latency_n} --skip sakana,trusted "
+        "> {log} 2>&1 && {params.python} {input.driver} --run {params.run} --kb {input.kb} --raw {input.raw} "
+        "--collect {output.pack} >> {log} 2>&1"
+
+
+rule audit_gpu_ingest:
+    conda:
+        CONDA_ENV
+    input:
+        pack="cache/audit/gpu_run/results.tar.gz",
+    output:
+        rows=f"results/audit/{GPU_RUN.get('corpus', 'mixed')}/rows.parquet",
+    params:
+        corpus=GPU_RUN.get("corpus", "mixed"),
+        python=GPU_RUN_PY,
+    log:
+        "logs/audit/gpu_ingest.log",
+    shell:
+        "{params.python} experiments/audit/ingest_h200.py {input.pack} --corpus {params.corpus} > {log} 2>&1"

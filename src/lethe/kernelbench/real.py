@@ -662,7 +662,11 @@ def run(run_dir: str | os.PathLike[str], out: str | os.PathLike[str], *, impl: s
         raise SetupError(f"unknown --impl {impl!r} (one of {', '.join(IMPLS)})")
     if impl == "real" and not checkout:
         raise SetupError("--impl real needs --checkout (a KernelBench copy at 48642c5c holding src/eval.py)")
-    problems = problems or checkout
+    # Workers judge each kernel from its own working directory: every path they are given must be absolute.
+    checkout = os.path.abspath(checkout) if checkout else checkout
+    problems = os.path.abspath(problems) if problems else checkout
+    run_dir = os.path.abspath(run_dir)
+    build_dir_map = os.path.abspath(build_dir_map) if build_dir_map else build_dir_map
     if not problems:
         raise SetupError("no KernelBench problem files: give --problems (or --checkout)")
     items = discover(run_dir, kernelbench=str(problems), problem_base=problem_base)
