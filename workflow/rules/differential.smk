@@ -68,12 +68,14 @@ rule differential_corpus_tables:
 
 # KernelBench's own check vs our replica on a corpus (lethe.kernelbench.real): rendered once the agreement JSON
 # of that corpus and replica is committed (written by differential_compute.smk's kernelbench_real_agreement).
-KB_REAL_AGREEMENTS = sorted(
-    glob.glob(os.path.join(workflow.basedir, "results", "differential", "*", "kb_real_agreement_replica-*.json"))
-)
-for _p in KB_REAL_AGREEMENTS:
-    _corpus = os.path.basename(os.path.dirname(_p))
-    _replica = os.path.basename(_p)[len("kb_real_agreement_") : -len(".json")]
+# The corpus is named in config (kernelbench_real.corpus), never found by globbing results/.
+_KB_REAL_CORPUS = config["kernelbench_real"]["corpus"]
+for _replica in ("replica-paper", "replica-hardened"):
+    _p = os.path.join(workflow.basedir, "results", "differential", _KB_REAL_CORPUS,
+                      f"kb_real_agreement_{_replica}.json")
+    if not os.path.exists(_p):
+        continue
+    _corpus = _KB_REAL_CORPUS
     RENDER_TARGETS.extend(
         [
             f"paper/tables/kernelbench_real_{_corpus}_{_replica}{s}"
