@@ -111,3 +111,29 @@ def test_audit_kernelbench_run_resumes_after_sigkill(kb_run, tmp_path):
     assert off["compiled"] and off["lethe_verdict"]["strict"] == "fail" and "CMP-01" in off["failed_gates"]["strict"]
     assert summary["level_1_problem_2_sample_0"]["lethe_verdict"] == {"strict": "pass"}
     assert "5 kernels" in stdout
+
+
+def test_each_worker_sees_one_device_round_robin():
+    envs = [batch.worker_env(i, ["0", "1"], {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "0,1"}) for i in range(4)]
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "0", "1"]
+    assert all(e["PATH"] == "/bin" for e in envs)
+    assert batch.worker_env(0, None, {"CUDA_VISIBLE_DEVICES": "3"})["CUDA_VISIBLE_DEVICES"] == "3"
+
+
+@pytest.mark.slow
+def test_rows_do_not_depend_on_how_the_run_is_spread_over_devices(kb_run, tmp_path):
+    """Two workers on two (fake, CPU) devices give the same rows, bit for bit apart from wall-clock fields, as
+    one worker: the multi-GPU audit (issue 31) only spreads the work."""
+    from lethe.verifier.records import deterministic_view
+
+    root, run = kb_run
+    views = []
+    for extra in (["--workers", "1"], ["--workers", "2", "--gpus", "0,1"]):
+        out = tmp_path / f"out{len(views)}"
+        p = subprocess.run([sys.executable, "-m", "lethe.cli", "audit", str(run), "--kernelbench", str(root),
+                            "--out", str(out), "--device", "cpu", "--quiet", *extra], capture_output=True, text=True,
+                           timeout=900)
+        assert p.returncode == 1, p.stderr[-2000:]
+        rows = sorted(pq.read_table(out / "rows.parquet").to_pylist(), key=lambda r: (r["id"], r["profile"]))
+        views.append([{k: v for k, v in deterministic_view(r).items() if k != "shard"} for r in rows])
+    assert views[0] == views[1]

@@ -168,9 +168,7 @@ def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None 
     n = max(1, min(int(workers), len(items)))
     procs = []
     for i in range(n):
-        env = dict(os.environ)
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+        env = worker_env(i, gpus)
         procs.append(subprocess.Popen([sys.executable, "-m", "lethe.audit.batch", "--worker", f"{i}/{n}",
                                        str(work / "spec.json")], env=env, preexec_fn=_pdeathsig,
                                       stdout=subprocess.DEVNULL, stderr=open(work / f"worker-{i}.log", "ab")))
@@ -222,9 +220,7 @@ def build_extensions(items: list[dict], work: Path, *, workers: int, gpus: list[
     jobs = max(1, (os.cpu_count() or 2) // n)
     procs = []
     for i in range(n):
-        env = dict(os.environ, MAX_JOBS=str(jobs))
-        if gpus:
-            env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+        env = worker_env(i, gpus, dict(os.environ, MAX_JOBS=str(jobs)))
         procs.append(subprocess.Popen([sys.executable, "-m", "lethe.audit.batch", "--build-worker", f"{i}/{n}",
                                        str(work / "spec.json")], env=env, preexec_fn=_pdeathsig,
                                       stdout=subprocess.DEVNULL, stderr=open(work / f"build-{i}.log", "ab")))
@@ -284,6 +280,15 @@ def _build_worker(slot: str, spec_path: str) -> int:
             log.flush()
             os.fsync(log.fileno())
     return 0
+
+
+def worker_env(i: int, gpus: list[str] | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    """Worker ``i``'s environment: ``base`` (this process's) with one device of ``gpus`` (round robin) made the
+    only visible one, so each worker and its sandboxed children use one GPU; None leaves visibility alone."""
+    env = dict(os.environ if base is None else base)
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus[i % len(gpus)]
+    return env
 
 
 def _gather(items, spec, work: Path, out_dir: Path, n: int) -> dict[str, Any]:
