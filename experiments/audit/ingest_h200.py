@@ -44,7 +44,42 @@ def _write_json(path: Path, doc) -> None:
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-def ingest(tar_path: str, corpus: str = "mixed") -> dict:
+def device_provenance(rows: list[dict], state: dict, run_commit: str, command: str, ingested: dict) -> dict:
+    """The run's provenance as the device saw it: its libraries and GPU from the rows' ``environment`` (the
+    verifier records them per row), the commit whose working tree the device ran, the steps' exit codes and
+    times; the ingesting machine is named apart."""
+    env = json.loads(rows[0]["environment"]) if rows else {}
+    lib = env.get("libraries", {})
+    gpu = env.get("gpu", {})
+    return {"schema": "lethe.provenance/1", "git_sha": run_commit, "host": "device machine (nvidia-h200)",
+            "gpu": gpu.get("gpu"), "capability": gpu.get("capability"), "cuda_runtime": gpu.get("cuda_runtime"),
+            "python": lib.get("python"), "torch": lib.get("torch"), "triton": lib.get("triton"),
+            "numpy": lib.get("numpy"), "command": command, "utc_time": ingested["utc_time"],
+            "verifier_code": env.get("verifier_code"),
+            "steps": {k: {kk: v.get(kk) for kk in ("rc", "wall_s")} for k, v in state.items()},
+            "ingested_on": {k: ingested.get(k) for k in ("git_sha", "host", "platform", "utc_time")}}
+
+
+def preregistered(out_a: Path, sources: str, kb: str) -> dict:
+    """The pre-registered robustness test on the committed rows; the fast-math flags are read from the run
+    folder's candidate sources on this machine (they are never committed)."""
+    from lethe.audit import preregistered as PR
+    from lethe.audit.batch import discover
+    from lethe.verifier.records import read_rows
+
+    rows = read_rows(out_a / "rows.parquet")
+    srcs = {it["id"]: it["candidate"] for it in discover(sources, kernelbench=kb)}
+    missing = sorted({str(r["id"]) for r in rows} - set(srcs))
+    if missing:
+        raise SystemExit(f"--sources lacks {len(missing)} kernel(s) of the rows, e.g. {missing[0]}")
+    res = PR.evaluate(rows, {i: PR.fast_math_compiled(src) for i, src in srcs.items()}, require_accepted=False)
+    res["fast_math_source"] = "candidate sources of the same run folder, read on the ingesting machine"
+    _write_json(out_a / "preregistered.json", res)
+    return res
+
+
+def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", sources: str = "",
+           kb: str = "") -> dict:
     from lethe import provenance
 
     tmp = Path(tempfile.mkdtemp(prefix="lethe-ingest-"))
@@ -52,7 +87,6 @@ def ingest(tar_path: str, corpus: str = "mixed") -> dict:
         tar.extractall(tmp, filter="data")
     state = json.loads((tmp / "state.json").read_text())
     done = {}
-    device = {"device": "NVIDIA H200 (device tool)"}
 
     audit = tmp / "out" / "audit"
     out_a = ROOT / "results" / "audit" / corpus
@@ -75,9 +109,12 @@ def ingest(tar_path: str, corpus: str = "mixed") -> dict:
             "second_attempt": {"rc": full.get("rc"), "wall_s": full.get("wall_s")},
             "rows": len(rows), "unique_rows": len(set(keys)), "kernels": len({k for k, _ in keys}),
             "checkpoint_lines": ck_lines, "build": state.get("build", {}).get("wall_s")})
-        provenance.write(out_a / "provenance.json", command="experiments/audit/replicate_h200.py (audit step)",
-                         **device, state={k: {kk: v.get(kk) for kk in ("rc", "wall_s")} for k, v in state.items()})
+        _write_json(out_a / "provenance.json", device_provenance(
+            rows, state, run_commit, "experiments/audit/replicate_h200.py (steps build, audit_killed, audit)",
+            provenance.collect()))
         done["audit"] = len(rows)
+        if sources:
+            done["preregistered"] = preregistered(out_a, sources, kb)["verdict"]
 
     lat = tmp / "out" / "latency.json"
     if lat.is_file():
@@ -92,11 +129,22 @@ def ingest(tar_path: str, corpus: str = "mixed") -> dict:
                                                           "run; includes the kill -9 and restart)"}
         from lethe.audit.latency import summarise
 
+        if state.get("latency", {}).get("rc") != 0:
+            ks = doc.get("kernels", {}).values()
+            got = {step: sum(1 for k in ks if step in k) for step in ("cold", "warm", "phases", "kernelbench")}
+            doc["status"] = (f"partial: the run ended during the latency step (finished: {got['cold']} cold, "
+                             f"{got['warm']} warm, {got['phases']} phase-split and {got['kernelbench']} KernelBench "
+                             f"runs of {len(doc.get('kernels', {}))} kernels)")
+
         doc["summary"] = summarise(doc)
         out_l = ROOT / "results" / "tool" / "latency"
         _write_json(out_l / "latency.json", doc)
-        provenance.write(out_l / "provenance.json", command="python -m lethe.audit.latency", **device,
-                         run_provenance=doc.get("provenance"))
+        rows_a = [json.loads(x) for x in (audit / "rows.jsonl").read_text().splitlines()] \
+            if (audit / "rows.jsonl").is_file() else []
+        rec = device_provenance(rows_a, state, run_commit, "python -m lethe.audit.latency (step latency)",
+                                provenance.collect())
+        rec["run_provenance"] = doc.get("provenance")
+        _write_json(out_l / "provenance.json", rec)
         done["latency"] = True
 
     out_d = ROOT / "results" / "differential" / corpus
@@ -133,8 +181,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("tar")
     ap.add_argument("--corpus", default="mixed")
+    ap.add_argument("--run-commit", default="unknown", help="the commit whose working tree the device ran")
+    ap.add_argument("--sources", default="", help="the same run folder on this machine (fast-math flags)")
+    ap.add_argument("--kb", default="", help="its KernelBench problems (with --sources)")
     a = ap.parse_args(argv)
-    print(json.dumps(ingest(a.tar, a.corpus), sort_keys=True))
+    print(json.dumps(ingest(a.tar, a.corpus, a.run_commit, a.sources, a.kb), sort_keys=True))
     return 0
 
 
