@@ -107,11 +107,18 @@ def cmd_verify(args: argparse.Namespace) -> int:
         unknown = [g for g in gates if g not in GATE_IDS]
         if unknown:
             return _fail("verify", f"unknown gate(s) {', '.join(unknown)}; gates are {', '.join(GATE_IDS)}")
-    row = api.verify(ref_src, cand_src, profile=args.profile, device=args.device, seed=args.seed,
-                     timeout_s=args.timeout, kernel_id=args.id or default_id(args.cand, cand_src),
-                     corpus=args.corpus, ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
-                     only_gates=gates,
-                     sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
+    kw = dict(profile=args.profile, device=args.device, seed=args.seed, timeout_s=args.timeout,
+              kernel_id=args.id or default_id(args.cand, cand_src), corpus=args.corpus,
+              ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
+              sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
+    if args.tiered:
+        if gates:
+            return _fail("verify", "--tiered and --gates exclude each other (the tiers choose the gates)")
+        from lethe.verifier.tiers import verify_tiered
+
+        row, _decided = verify_tiered(ref_src, cand_src, **kw)
+    else:
+        row = api.verify(ref_src, cand_src, only_gates=gates, **kw)
     v = Verdict.from_row(row)
     if args.json:
         print(json.dumps(v.to_json(), sort_keys=True))
@@ -201,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float64 reference memory budget in MB (default %(default)d)")
     v.add_argument("--id", default="", help="row id (default: candidate file stem + 12 hex digits of its SHA-256)")
     v.add_argument("--gates", default="", help="comma-separated gate ids to run (default: all twelve)")
+    v.add_argument("--tiered", action="store_true",
+                   help="the quick tier's gates first, the full battery only if they pass (same final verdict)")
     v.add_argument("--corpus", default="")
     v.add_argument("--json", action="store_true", help="machine-readable output")
     v.add_argument("--out", default="", help="write the verdict row to this parquet file")
