@@ -339,3 +339,74 @@ def test_reproduced_sources_of_other_stages(tmp_path, repo):
     # with no data/published/ in this root, the paper's own records are reported missing, not invented
     suite = ledger["gpu.suite"][0]
     assert suite["status"] == NOT_HERE and "absent" in suite["note"]
+
+
+def test_gpu_audit_of_the_mixed_folder_backs_no_headline(ledger):
+    """No audit or differential figure of the paper takes its value from results/audit/.
+
+    The H200 audit of the mixed folder has 42 kernels, trusted ones among them, and KernelBench's own check did
+    not run on it: a value of it under the paper's headline claims would state a replication the run does not
+    support. Its one ledger line counts the gates the battery ran.
+    """
+    ours = [r for r in ledger if r["source"].startswith("results/audit/")]
+    assert ours and {r["claim_id"] for r in ours} == {"verifier.gates"}
+    for r in ledger:
+        if r["claim_id"].startswith(("audit.", "differential.")):
+            assert not r["source"].startswith("results/audit/"), r
+
+
+def test_mamba_arm_lines_follow_their_files(tmp_path, repo):
+    """The Mamba lines read the arm's files and change with them, and never claim the paper's B200 measurement.
+
+    They come from this project's own kernels on the Triton interpreter or compiled without running, so each is
+    a replication on another kernel set, not compared with the paper; a failing gate, a launch over a Blackwell
+    limit or a num_warps missing from the sweep must show in the value.
+    """
+    def gates(failing=()):
+        return {g: {"status": "fail" if g in failing else "pass"} for g in ("CMP-01", "ORD-01", "EXC-01")}
+
+    pc = tmp_path / "results/mamba/positive_control_cpu"
+    pc.mkdir(parents=True)
+    kernels = {f"C{i}": {"status": "gated", "gates": gates()} for i in range(1, 7)}
+    kernels["C6"]["gates"] = gates(failing=("ORD-01",))
+    kernels["C2"]["status"] = "ref_broken"
+    (pc / "summary.json").write_text(json.dumps({"kernels": kernels}))
+
+    def aot_rows(drop=None, violate=None):
+        rows = []
+        for k in ("C1 scan", "C2 bwd", "C3 mimo", "C4 rope", "C5 block", "C6 block_bwd"):
+            for target in ("sm_90a", "sm_100a"):
+                for w in (2, 4, 8):
+                    if (k[:2], target, w) == drop:
+                        continue
+                    bad = (k[:2], target, w) == violate
+                    rows.append({"op": k, "target": target, "num_warps": w, "compiles": True,
+                                 "violations": ["tensor memory 600 columns > 512 on sm_100a"] if bad else []})
+        return rows
+
+    def warps_line(**kw):
+        for sub in ("n16_bf16", "n16_fp32", "n128_bf16", "n128_fp32"):
+            d = tmp_path / "results/mamba/aot" / sub
+            d.mkdir(parents=True, exist_ok=True)
+            rows = aot_rows(**kw) if sub == "n128_fp32" else aot_rows()
+            (d / "triton_aot.json").write_text(json.dumps({"rows": rows}))
+        by_id = {}
+        for r in build_ledger(repo / SPEC, tmp_path):
+            by_id.setdefault(r["claim_id"], []).append(r)
+        return by_id
+
+    by_id = warps_line()
+    pc_line = [r for r in by_id["verifier.positive_control"] if r["source"].startswith("results/mamba/")]
+    six = [r for r in by_id["verifier.triton_kernels_pass"] if r["source"].startswith("results/mamba/")]
+    warps = [r for r in by_id["aot.triton_kernels_num_warps"] if r["source"].startswith("results/mamba/")]
+    assert [r["value"] for r in pc_line] == ["4/6"] and [r["value"] for r in six] == ["4"]
+    assert [r["value"] for r in warps] == ["yes"]
+    for r in pc_line + six + warps:
+        assert r["status"].startswith("replicated on Mamba ") and r["agrees"] == "not compared", r
+    assert [r["value"] for r in warps_line(violate=("C6", "sm_100a", 4))["aot.triton_kernels_num_warps"]
+            if r["value"] != NOT_AVAILABLE] == ["no"]
+    assert [r["value"] for r in warps_line(drop=("C3", "sm_100a", 8))["aot.triton_kernels_num_warps"]
+            if r["value"] != NOT_AVAILABLE] == ["no"]
+    # a Hopper-only violation is outside the claim (Blackwell) and leaves the line as it was
+    assert [r["value"] for r in warps_line(violate=("C6", "sm_90a", 4))["aot.triton_kernels_num_warps"]
+            if r["value"] != NOT_AVAILABLE] == ["yes"]
