@@ -18,8 +18,14 @@ def _rules() -> dict[str, str]:
     return out
 
 
+# Code that runs on a CUDA device: torch.cuda, .cuda(), a "cuda" device string or cuda:N. A key that merely
+# contains the word (a provenance field such as cuda_runtime) is not GPU use.
+_USES_CUDA = re.compile(r"torch\.cuda|\.cuda\(|[\"']cuda[\"']|cuda:\d")
+
+
 def _gpu_drivers() -> list[str]:
-    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments").rglob("*.py") if "cuda" in p.read_text())
+    return sorted(str(p.relative_to(ROOT)) for p in (ROOT / "experiments").rglob("*.py")
+                  if _USES_CUDA.search(p.read_text()))
 
 
 def test_every_gpu_driver_has_a_compute_rule_that_asks_for_the_gpu():
