@@ -29,6 +29,7 @@ for p in (str(ROOT / "src"), str(ROOT)):
         sys.path.insert(0, p)
 
 import torch  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 SCHEMA = "lethe.mamba.triton_aot/1"
 TARGETS = ("sm_90a", "sm_100a")
@@ -72,7 +73,11 @@ def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtyp
         m.forward_chunked_scan(u, delta, A, B, C, D, chunk=chunk, backend="triton", scan_mode="chunk_parallel")
         m.backward_selective_scan(u, delta, A, B, C, D, dy, chunk=chunk, checkpoints=ckpt, backend="triton")
         m.fused_block_forward(x, w, bias, delta, A, B, C, D, nw, chunk=chunk, backend="triton")
-        m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton")
+        # C6 both ways: float32 arithmetic from the saved forward state, and the default exact_norm call, which
+        # reruns the forward and the backward in float64 (for float64 inputs the two calls are the same launches)
+        m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton",
+                               exact_norm=False)
+        m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, backend="triton")
         H, P, N, S = rope
         m.complex_scan_rope(e(batch, L, H, P), e(batch, L, H), e(H), e(batch, L, H, N), e(batch, L, H, N),
                             e(batch, L, H, S), chunk=chunk, backend="triton")
@@ -89,12 +94,15 @@ def run(shape=(8, 2048, 4096, 16), dtype="float32", k: int = 4, chunk: int = 64,
     rows = []
     for rec in record(b, L, d, n, k, chunk, getattr(torch, dtype), rope, rank):
         name = rec.jit.fn.__name__
+        op = OPS.get(name, name)
+        if name.startswith("block_") and rec.kwargs.get("CD") == tl.float64 and dtype != "float64":
+            op += " (float64 arithmetic: exact_norm)"
         for target in targets:
             for nw in num_warps:
                 kwargs = dict(rec.kwargs, num_warps=nw)
                 t0 = time.time()
                 rep = compile_launch(rec.jit, target, rec.args, kwargs)
-                rows.append({"kernel": name, "op": OPS.get(name, name), "target": target, "num_warps": nw,
+                rows.append({"kernel": name, "op": op, "target": target, "num_warps": nw,
                              "compiles": rep.error is None, "error": rep.error, "registers": rep.registers,
                              "spill_bytes": rep.spill_bytes, "shared_bytes": rep.shared_bytes,
                              "tmem_columns": rep.tmem_columns, "mma": rep.mma, "violations": rep.violations(),

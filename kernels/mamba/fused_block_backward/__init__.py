@@ -1,20 +1,32 @@
 """C6 ``fused_block_backward``: every input gradient of the fused block (equations in :mod:`.reference`).
 
 ``fused_block_backward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, dout, eps=1e-6, chunk=64,
-saved=None, backend="auto", num_warps=4)`` returns ``(dx, dconv_weight, dconv_bias, ddelta, dA, dB, dC, dD,
-dnorm_weight)`` in their tensors' dtypes and shapes (None for an absent optional input). ``saved`` is what
-``fused_block_forward(..., return_saved=True)`` returned; without it the forward is rerun. ``"reference"`` is
+saved=None, backend="auto", num_warps=4, exact_norm=True)`` returns ``(dx, dconv_weight, dconv_bias, ddelta, dA,
+dB, dC, dD, dnorm_weight)`` in their tensors' dtypes and shapes (None for an absent optional input). ``saved`` is
+what ``fused_block_forward(..., return_saved=True)`` returned; without it the forward is rerun. ``"reference"`` is
 autograd through the float64 oracle. The same channel guards as the forward apply.
+
+With the norm, narrower inputs are computed in float64 by default (``exact_norm=True``): the inputs are widened
+exactly, the forward's y, r and checkpoints are recomputed in float64 (``saved`` is then not read) and only the
+nine results are rounded to their dtypes. The reason is the RMSNorm's scale invariance: its backward makes dy
+orthogonal to y (up to eps), so wherever the direction of y does not depend on a parameter -- time-constant
+inputs, or a block at D = 1 whose scan part is small -- that parameter's exact gradient (dB first of all) is a sum
+over channels that cancels to almost nothing. Any float32 evaluation leaves rounding of the size of the terms
+there: y read from a float32 forward is already off its direction by about the unit roundoff. In float64 that
+residue is 2^-29 of float32's, below the result's own rounding. ``exact_norm=False`` keeps the float32 arithmetic
+(and uses the saved forward state): accurate to the size of the terms, not of the result.
 """
 
 from __future__ import annotations
+
+import torch
 
 from .._common import MambaShapeError, check_block, conv_weight_2d, resolve_backend
 
 
 def fused_block_backward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, dout, eps: float = 1e-6,
                          chunk: int = 64, saved=None, backend: str = "auto", num_warps: int = 4,
-                         block_d: int | None = None):
+                         block_d: int | None = None, exact_norm: bool = True):
     """Run the fused block backward on the chosen backend (see the module docstring)."""
     b, L, d, n, _ = check_block(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, "fused_block_backward")
     if tuple(dout.shape) != (b, L, d):
@@ -26,15 +38,22 @@ def fused_block_backward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weig
 
         f = lambda t: None if t is None else t.double()
         return fused_block_grads_ref(*(f(t) for t in ins), f(dout), eps)
+    want = (b, -(-L // chunk), d, n)
+    if saved is not None and tuple(saved["ckpt"].shape) != want:
+        # checked even where saved is not read: state from another chunk size is the caller's error either way
+        raise MambaShapeError(f"fused_block_backward: saved checkpoints have shape {tuple(saved['ckpt'].shape)}, "
+                              f"expected {want} (chunk={chunk})")
+    if exact_norm and norm_weight is not None and x.dtype != torch.float64:
+        # widening is exact; the float64 call recomputes its own forward state (see the module docstring)
+        f = lambda t: None if t is None else t.to(torch.float64)
+        grads = fused_block_backward(*(f(t) for t in ins), f(dout), eps=eps, chunk=chunk, backend=backend,
+                                     num_warps=num_warps, block_d=block_d, exact_norm=False)
+        return tuple(None if g is None else g.to(t.dtype) for g, t in zip(grads, ins, strict=True))
     if saved is None:
         from ..fused_block_forward import fused_block_forward
 
         saved = fused_block_forward(*ins, eps=eps, chunk=chunk, backend=backend, num_warps=num_warps,
                                     block_d=block_d, return_saved=True)[1]
-    want = (b, -(-L // chunk), d, n)
-    if tuple(saved["ckpt"].shape) != want:
-        raise MambaShapeError(f"fused_block_backward: saved checkpoints have shape {tuple(saved['ckpt'].shape)}, "
-                              f"expected {want} (chunk={chunk})")
     if backend == "torch":
         from .torch_path import block_bwd
 

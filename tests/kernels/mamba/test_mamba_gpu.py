@@ -55,9 +55,11 @@ def test_fused_block_forward_on_gpu():
     assert_within("out", out, ref, gamma(block_forward_steps(L, n, d, k), UNIT_ROUNDOFF[torch.float32]) * M["OUT"])
 
 
+@pytest.mark.parametrize("exact_norm", [False, True], ids=["f32_arith", "exact_norm"])
 @pytest.mark.parametrize("num_warps", [2, 4, 8])
-def test_fused_block_backward_on_gpu(num_warps):
-    """C6 compiled for this GPU at each num_warps, coherent draw, every gradient within its derived bound."""
+def test_fused_block_backward_on_gpu(num_warps, exact_norm):
+    """C6 compiled for this GPU at each num_warps, float32 arithmetic and the default float64 evaluation, coherent
+    draw, every gradient within the float32 arithmetic's derived bound."""
     from lethe.kernels.mamba import fused_block_backward
     from lethe.kernels.mamba.fused_block_backward.reference import (
         GRAD_NAMES,
@@ -69,7 +71,8 @@ def test_fused_block_backward_on_gpu(num_warps):
     b, L, d, n, k = 2, 21, 12, 8, 4
     ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32, coherent=True)
     dout = torch.randn(b, L, d)
-    got = fused_block_backward(*(t.cuda() for t in ins), dout.cuda(), chunk=8, backend="triton", num_warps=num_warps)
+    got = fused_block_backward(*(t.cuda() for t in ins), dout.cuda(), chunk=8, backend="triton", num_warps=num_warps,
+                                exact_norm=exact_norm)
     ref = fused_block_grads_ref(*f64(*ins, dout))
     mag = fused_block_grads_magnitude(*f64(*ins, dout))
     g = gamma(block_backward_steps(b, L, n, d, k), UNIT_ROUNDOFF[torch.float32])
