@@ -33,9 +33,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lethe.kernelbench.real import STAND_IN_NAMES
+
 SCHEMA = "lethe.latency/1"
-#: Names KernelBench's utils.py imports at module level for its generation path only (see the results' list).
-KB_STAND_INS = ("together", "openai", "google", "google.generativeai", "anthropic")
 
 
 def _pick(items: list[dict], n: int) -> list[dict]:
@@ -100,29 +100,11 @@ def _cli_once(it: dict, pairs: Path, cache: Path, timeout_s: float) -> dict[str,
         return {"wall_s": None, "rc": None, "status": "timeout"}
 
 
-def _inert(attr: str, module: str):
-    if attr.startswith("__"):
-        raise AttributeError(attr)
-    return type(attr, (), {"__module__": module})
-
-
-def install_stand_ins() -> None:
-    """Empty modules for the API clients KernelBench's utils.py imports and only its generation path uses
-    (:data:`KB_STAND_INS`); any attribute of one is an inert class. Nothing else is replaced."""
-    import types
-
-    for name in KB_STAND_INS:
-        if name in sys.modules:
-            continue
-        mod = types.ModuleType(name, "Lethe stand-in: KernelBench imports this for generation only")
-        mod.__getattr__ = lambda attr, _n=name: _inert(attr, _n)
-        sys.modules[name] = mod
-    sys.modules["google"].generativeai = sys.modules["google.generativeai"]
-
-
 def _kb_one(kb_src: str, ref_path: str, cand_path: str, build_dir: str) -> None:
     """Child mode: KernelBench's own check on one kernel, as its driver runs one sample (fresh process)."""
     t0 = time.perf_counter()
+    from lethe.kernelbench.real import install_stand_ins
+
     install_stand_ins()
     sys.path.insert(0, kb_src)
     import torch
@@ -170,7 +152,7 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
     items = cuda_items(lb_dir, kb_root, n_cuda) + torch_items(kb_root, n_torch)
     pairs = _pairs_dir(items, scratch / "pairs")
     doc: dict[str, Any] = {"schema": SCHEMA, "provenance": {"gpu": gpu_info(), "libraries": library_versions(),
-                                                           "cpus": os.cpu_count(), "kb_stand_ins": list(KB_STAND_INS),
+                                                           "cpus": os.cpu_count(), "kb_stand_ins": list(STAND_IN_NAMES),
                                                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                     time.gmtime())},
                            "kernels": {it["id"]: {"kind": it["kind"]} for it in items}, "batch": {}}
