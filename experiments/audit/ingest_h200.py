@@ -39,6 +39,18 @@ def _lines(path: Path) -> list[dict]:
     return out
 
 
+def _outcomes(rows: list[dict]) -> dict:
+    """KernelBench's outcome classes with their distinct details (why it rejected what it rejected)."""
+    out: dict = {}
+    for r in rows:
+        o = out.setdefault(str(r.get("outcome")), {"kernels": 0, "details": []})
+        o["kernels"] += 1
+        d = str(r.get("detail") or "")[:160]
+        if d and d not in o["details"]:
+            o["details"].append(d)
+    return dict(sorted(out.items()))
+
+
 def _write_json(path: Path, doc) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
@@ -163,14 +175,22 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
             subprocess.run([sys.executable, "-m", "lethe.kernelbench.real", "agree", "--theirs",
                             str(out_d / "kb_real" / "real"), "--ours", str(out_d / "kb_real" / replica), "--out",
                             str(out_d / f"kb_real_agreement_{replica}.json")], check=True)
-    if "real" in done and "audit" in done:
+    # The battery's side: this pack's audit, else the corpus's committed rows (a device call may judge the same
+    # folder with KernelBench alone; the rows then come from the commit their provenance names).
+    if "real" in done and (out_a / "rows.parquet").is_file():
         from lethe.kernelbench.differential import differential
         from lethe.verifier.records import read_rows
 
         audit_rows = [r for r in read_rows(out_a / "rows.parquet") if r["profile"] == "strict"]
         real_rows = _lines(out_d / "kb_real" / "real" / "rows.jsonl")
+        battery_from = "this device call" if "audit" in done else (
+            "results/audit/%s/rows.parquet as committed (run commit %s)" % (
+                corpus, json.loads((out_a / "provenance.json").read_text()).get("git_sha", "unknown")
+                if (out_a / "provenance.json").is_file() else "unknown"))
         _write_json(out_d / "real_vs_battery.json",
-                    {"kernelbench": "real (48642c5c, unmodified)", "profile": "strict",
+                    {"kernelbench": "real (48642c5c, unmodified)", "profile": "strict", "battery_rows": battery_from,
+                     "kernelbench_run_commit": run_commit,
+                     "kernelbench_outcomes": _outcomes(real_rows),
                      **differential(audit_rows, real_rows, variants=("paper",), require_accepted=False)})
         done["differential"] = True
     shutil.rmtree(tmp, ignore_errors=True)

@@ -101,3 +101,31 @@ rule kernelbench_real_tables:
         "logs/differential/{corpus}_kb_real_tables_{replica}.log",
     script:
         "../scripts/kernelbench_real_render.py"
+
+
+# KernelBench's own check (run unmodified on the GPU) vs the battery's strict rows on the same kernels: one table
+# per corpus listed in config (kernelbench_real.vs_battery), once experiments/audit/ingest_h200.py has committed
+# results/differential/<corpus>/real_vs_battery.json.
+for _c in config["kernelbench_real"].get("vs_battery", []):
+    if os.path.exists(os.path.join(workflow.basedir, "results", "differential", _c, "real_vs_battery.json")):
+        RENDER_TARGETS.extend(
+            [f"paper/tables/kernelbench_real_vs_battery_{_c}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]
+        )
+
+
+rule kernelbench_real_vs_battery_tables:
+    conda:
+        CONDA_ENV
+    input:
+        differential="results/differential/{corpus}/real_vs_battery.json",
+    output:
+        md="paper/tables/kernelbench_real_vs_battery_{corpus}.md",
+        tex="paper/tables/kernelbench_real_vs_battery_{corpus}.tex",
+        gate_md="paper/tables/kernelbench_real_vs_battery_{corpus}_by_gate.md",
+        gate_tex="paper/tables/kernelbench_real_vs_battery_{corpus}_by_gate.tex",
+    wildcard_constraints:
+        corpus="[A-Za-z0-9_.-]+",
+    log:
+        "logs/differential/{corpus}_real_vs_battery_tables.log",
+    script:
+        "../scripts/kernelbench_real_vs_battery_render.py"

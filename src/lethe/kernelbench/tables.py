@@ -103,6 +103,30 @@ def render_computed_differential(diff_path: str | Path, corpus: str, tables_dir:
     return [tables_dir / f"{stem}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]
 
 
+def render_real_vs_battery(diff_path: str | Path, corpus: str, tables_dir: str | Path) -> list[Path]:
+    """``kernelbench_real_vs_battery_<corpus>`` (+ ``_by_gate``): KernelBench's own check, run unmodified on a GPU,
+    against the battery's strict verdicts on the same kernels (``real_vs_battery.json``, written at ingest)."""
+    res = _load(diff_path)
+    tables_dir = Path(tables_dir)
+    stem = f"kernelbench_real_vs_battery_{corpus}"
+    excl = ", ".join(f"{k} {v}" for k, v in sorted(res["paper"]["excluded"].items())) or "none"
+    notes = [f"KernelBench side: {res['kernelbench']} (run commit {res.get('kernelbench_run_commit', 'unknown')}); "
+             f"battery side: {res.get('battery_rows', 'the same device call')}, profile {res['profile']}.",
+             f"Left out of the 2x2: {excl}."]
+    for outcome, o in res.get("kernelbench_outcomes", {}).items():
+        if outcome != "correct":
+            notes.append(f"KernelBench outcome {outcome}: {o['kernels']} kernels"
+                         + (f" ({'; '.join(o['details'])})" if o["details"] else "") + ".")
+    rows = [dict(r, check="KernelBench's own check (unmodified)") for r in diff.table_rows({"paper": res["paper"]})]
+    render_table(rows, TWO_BY_TWO_COLUMNS,
+                 f"KernelBench's own check vs the battery on the {corpus} corpus (H200).", f"tab:{stem}",
+                 tables_dir / f"{stem}.md", tables_dir / f"{stem}.tex", notes=notes)
+    render_table(diff.gate_rows(res, "paper"), GATE_COLUMNS,
+                 f"Kernels KernelBench's own check accepts and the battery rejects ({corpus}, H200), by failing gate.",
+                 f"tab:{stem}-by-gate", tables_dir / f"{stem}_by_gate.md", tables_dir / f"{stem}_by_gate.tex")
+    return [tables_dir / f"{stem}{s}" for s in (".md", ".tex", "_by_gate.md", "_by_gate.tex")]
+
+
 CLASS_COLUMNS = [Column("class", "disagreement class", align="l"), Column("kernels", "kernels"),
                  Column("definition", "rule", align="l")]
 
