@@ -17,7 +17,7 @@ the same float32 inputs); a configuration that fails there is dropped everywhere
     LETHE_GIT_SHA=<sha> python3 experiments/mamba/launch_search.py --out $OUT/launch_search
 
 Output: ``launch_search.json`` (schema :data:`SCHEMA`: the space, the shapes, one row per shape and configuration,
-whether the grid finished) and ``provenance.json``. ``--max-s`` stops between two measurements once the budget is
+whether the grid finished, and ``lethe.kernels.mamba.tuning.evaluate_policies`` of the rows) and ``provenance.json``. ``--max-s`` stops between two measurements once the budget is
 spent and writes what it has (``complete: false``, the reason). ``--dry-run``: the CPU interpreter, two tiny shapes,
 two configurations (the plumbing, not a measurement; wall-clock times).
 """
@@ -135,7 +135,8 @@ def time_config(cfg, x, cuda, target_ms, max_iters):
 def search(space, grid, oracle_shape, device, max_s, target_ms, max_iters, log=print):
     """The search itself (see the module docstring); returns the result document."""
     import torch
-    from lethe.kernels.mamba.tuning import DEFAULT_CONFIG, Shape, forward_error_bound
+    from lethe.kernels.mamba.tuning import (DEFAULT_CONFIG, DEFAULT_SM_COUNT, Shape, evaluate_policies,
+                                            forward_error_bound)
 
     t0 = time.monotonic()
     cuda = device == "cuda"
@@ -185,10 +186,11 @@ def search(space, grid, oracle_shape, device, max_s, target_ms, max_iters, log=p
         del x, want, mags
         if cuda:
             torch.cuda.empty_cache()
+    sm_count = torch.cuda.get_device_properties(0).multi_processor_count if cuda else None
     return {
         "schema": SCHEMA,
         "device": torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter: wall clock, not a GPU time)",
-        "sm_count": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
+        "sm_count": sm_count,
         "dtype": "float32",
         "space": [c.as_dict() for c in space],
         "grid": [list(s) for s in grid],
@@ -198,6 +200,8 @@ def search(space, grid, oracle_shape, device, max_s, target_ms, max_iters, log=p
         "complete": stop is None and len(rows) == len(space) * len(grid),
         "stopped": stop,
         "elapsed_s": round(time.monotonic() - t0, 1),
+        # the package's policy comparison of these rows, kept for the claims ledger (renderers recompute it)
+        "policies": evaluate_policies(rows, sm_count=sm_count or DEFAULT_SM_COUNT),
     }
 
 
