@@ -58,3 +58,13 @@ def test_max_s_stops_cleanly_with_what_it_has():
     doc = driver().search([DEFAULT_CONFIG, CP], [(1, 12, 4, 3)], (1, 9, 5, 3), "cpu", 0.0, 0.0, 3,
                           log=lambda m: None)
     assert not doc["complete"] and "--max-s" in doc["stopped"] and doc["rows"] == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_search_on_the_gpu_checks_and_times_every_configuration():
+    doc = driver().search([DEFAULT_CONFIG, LaunchConfig("chunk_parallel", 64, 4)], [(2, 1000, 96, 16)], (1, 37, 9, 5),
+                          "cuda", 1e9, 5.0, 5, log=lambda m: None)
+    assert doc["complete"] and doc["sm_count"] > 0
+    assert all(r["status"] == "ok" and r["median_ms"] > 0 for r in doc["rows"]), doc["rows"]
+    assert doc["policies"]["shapes"] == 1
