@@ -28,6 +28,7 @@ def test_expressions():
     assert evaluate("ints(s)[:2]", {"s": "Required: 544, Hardware limit: 512"}) == [544, 512]
     assert evaluate("floats(s)", {"s": "a 1.1B model, 0.5 ms and -2"}) == [1.1, 0.5, -2.0]
     assert evaluate("sum(1 for g in s if 'fail' not in g)", {"s": [["pass"], ["fail", "pass"]]}) == 1
+    assert abs(evaluate("exp(sum(log(x) for x in v) / len(v))", {"v": [1.0, 4.0, 16.0]}) - 4.0) < 1e-12
     assert evaluate("c['x'] + 1 if t else 0", {"c": {"x": 1}, "t": True}) == 2
 
 

@@ -5,8 +5,11 @@
 the float32 states at every chunk start (what the backward restarts from) and after the last step. Backends:
 ``"reference"`` (float64 oracle; y in float64), ``"torch"`` (portable), ``"triton"`` (CUDA, or the CPU interpreter
 under ``TRITON_INTERPRET=1``), ``"auto"`` (Triton where it can run, torch otherwise). ``scan_mode`` picks the
-serial walk or the chunk-parallel form (:data:`SCAN_MODES`; the reference ignores it); both give the same
-checkpoints, so either feeds the backward.
+serial walk or the chunk-parallel form (:data:`SCAN_MODES`; the reference ignores it), or ``"auto"``: the shape rule
+:func:`lethe.kernels.mamba.tuning.select_scan_mode` on the device's SM count. Both forms give the same checkpoints,
+so either feeds the backward. The default stays ``"serial"`` until an H200 measurement says the rule is faster.
+``num_warps`` and ``block_d`` (channels per program; None: the Triton path's 2048-state rule) are the other launch
+knobs (:mod:`lethe.kernels.mamba.tuning` names the searched space).
 """
 
 from __future__ import annotations
@@ -14,10 +17,9 @@ from __future__ import annotations
 import torch
 
 from .._common import check_scan, resolve_backend
-
 # "serial": one program walks all of time per channel block; "chunk_parallel": the chunks are scanned side by
 # side from zero states, then a carry pass and a fix-up (three launches). Same results up to rounding.
-SCAN_MODES = ("serial", "chunk_parallel")
+from ..tuning import SCAN_MODES, device_sm_count, select_scan_mode
 
 
 def forward_chunked_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: str = "auto", num_warps: int = 4,
@@ -26,8 +28,11 @@ def forward_chunked_scan(u, delta, A, B, C, D=None, chunk: int = 64, backend: st
     check_scan(u, delta, A, B, C, D, "forward_chunked_scan")
     if chunk < 1:
         raise ValueError(f"forward_chunked_scan: chunk must be >= 1, got {chunk}")
+    if scan_mode == "auto":
+        b, L, d, n = u.shape[0], u.shape[1], A.shape[0], A.shape[1]
+        scan_mode = select_scan_mode(b, L, d, n, device_sm_count(u.device))
     if scan_mode not in SCAN_MODES:
-        raise ValueError(f"forward_chunked_scan: scan_mode must be one of {SCAN_MODES}, got {scan_mode!r}")
+        raise ValueError(f"forward_chunked_scan: scan_mode must be one of {SCAN_MODES} or 'auto', got {scan_mode!r}")
     backend = resolve_backend(backend, u)
     if backend == "reference":
         from .reference import selective_scan_ref

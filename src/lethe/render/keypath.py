@@ -128,6 +128,7 @@ FUNCTIONS = {
     "abs": abs, "all": all, "any": any, "len": len, "max": max, "min": min, "round": round, "sorted": sorted,
     "sum": sum, "zip": lambda *a: list(zip(*a, strict=True)), "list": list, "int": int, "float": float,
     "ints": _ints, "floats": _floats, "count": _count, "flatten": _flatten, "isnan": math.isnan,
+    "log": math.log, "exp": math.exp,  # a geometric mean over released rows: exp(sum(log(x)) / n)
 }
 
 _BINOPS = {
