@@ -1,151 +1,139 @@
-"""GPU benchmark of the Mamba ops against mamba-ssm's CUDA selective scan and a torch-composed path
-(issue 26). GPU only; correctness first: every timed implementation is first compared with the float64 oracle
-(at a small shape) and with the official op, and a mismatch stops the run.
+"""H200 benchmark of the Mamba ops C1 to C6 against mamba-ssm (its CUDA selective scan, its Mamba-3 Triton
+forward) and the torch paths, correctness first (issue 26).
 
-    python experiments/mamba/bench.py [--shapes 2,512,1024,16;8,2048,4096,16;8,2048,4096,128] [--dtypes float32,bfloat16] [--json results/mamba/bench/<gpu>.json]
+    python experiments/mamba/bench.py --out results/mamba/bench/runs/<name> [--ops C1,...,C6]
+        [--shapes default|records|model] [--dtypes float32,bfloat16] [--max-s 330] [--dry-run]
 
-Timing: CUDA events around each call after warm-up, the median of ``--trials`` runs. Forward: ours (C1, serial and chunk-parallel) vs
-``mamba_ssm.ops.selective_scan_interface.selective_scan_fn`` (channels-first layout: u, delta [B, D, L]; B, C
-[B, N, L]) vs the torch path. Backward: ours (C2 from the forward's checkpoints) vs the official op's backward
-(through autograd on its output) vs the torch path.
+Every cell (op, shape, dtype) is first checked: every side against ours on the first batch row of the timed
+inputs within the sum of both sides' derived error bounds, and ours against the float64 oracle at the records'
+small shapes (lethe.kernels.mamba.bench.check). A side that fails is not timed. Timing: lethe.perf.timing (CUDA
+events, warm-up, the median over iterations rotating over several input sets). ``--max-s`` stops cleanly before
+a cell that would start past the budget and writes what ran with status "partial". ``--dry-run`` runs the
+plumbing on the CPU (Triton interpreter, tiny shapes): its times are wall clock and mean nothing. mamba-ssm is
+imported normally (its built ``selective_scan_cuda`` and the package on PYTHONPATH); when it is not importable
+the rows say so (``official``) and the official sides are absent.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
+SCHEMA = "lethe.mamba.bench/2"
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
-
-import torch  # noqa: E402
-
-SCHEMA = "lethe.mamba.bench/1"
 
 
-def _mamba():
-    import lethe.kernels
-
-    ours = str(ROOT / "kernels")
-    if list(lethe.kernels.__path__) != [ours]:
-        lethe.kernels.__path__[:] = [ours]
-    import lethe.kernels.mamba as m
-
-    return m
-
-
-def inputs(b, L, d, n, dtype, seed=0):
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    r = lambda *s: torch.randn(*s, generator=gen, device="cuda")  # noqa: E731
-    u = r(b, L, d)
-    delta = 0.05 + 0.45 * torch.rand(b, L, d, generator=gen, device="cuda")
-    A = -(0.5 + 1.5 * torch.rand(d, n, generator=gen, device="cuda"))
-    return tuple(t.to(dtype) for t in (u, delta, A, r(b, L, n), r(b, L, n), r(d)))
+def parse(argv):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True, help="run folder: bench.json and provenance.json are written there")
+    ap.add_argument("--ops", default="C1,C2,C3,C4,C5,C6")
+    ap.add_argument("--shapes", default="default", choices=("default", "records", "model"))
+    ap.add_argument("--dtypes", default="float32,bfloat16")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--input-sets", type=int, default=2)
+    ap.add_argument("--max-s", type=float, default=330.0)
+    ap.add_argument("--published", default=str(ROOT / "data" / "published"))
+    ap.add_argument("--dry-run", action="store_true")
+    return ap.parse_args(argv)
 
 
-def official_fwd(u, delta, A, B, C, D):
-    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+def time_side(side, sets, iters, warmup, cuda):
+    from lethe.perf.timing import summary_ms, time_stages
 
-    y = selective_scan_fn(u.transpose(1, 2), delta.transpose(1, 2), A.float(), B.transpose(1, 2),
-                          C.transpose(1, 2), D.float())
-    return y.transpose(1, 2)
-
-
-def time_ms(fn, trials: int, warmup: int = 3) -> dict:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(trials):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
-    times.sort()
-    return {"median_ms": times[len(times) // 2], "min_ms": times[0], "max_ms": times[-1], "n_trials": trials}
+    if side.slow:
+        iters, warmup = max(2, iters // 10), 1
+    n = len(sets)
+    st = time_stages([lambda i, s: side.run(sets[i % n], s)], iters, cuda=cuda, warmup=warmup,
+                     setup=lambda i: side.setup(sets[i % n]))
+    return {**summary_ms(st.total), "iterations": iters}
 
 
-def correctness(m, dtype) -> dict:
-    """Ours against the float64 oracle at a small shape (scale-relative max error), before anything is timed."""
-    x = inputs(2, 64, 32, 16, dtype)
-    y = m.forward_chunked_scan(*x, backend="triton")
-    ref = m.forward_chunked_scan(*x, backend="reference")
-    err = float((y.double() - ref).abs().max() / ref.abs().max())
-    return {"fwd_scale_rel_vs_oracle": err}
-
-
-def bench_shape(m, b, L, d, n, dtype, trials, chunk=64) -> dict:
-    x = inputs(b, L, d, n, dtype)
-    dy = torch.randn_like(x[0])
-    row = {"shape": dict(batch=b, seq_len=L, d_model=d, n_state=n), "dtype": str(dtype).split(".")[-1],
-           "impls": {}, "parity": {}}
-    y = m.forward_chunked_scan(*x, chunk=chunk, backend="triton")
-    try:
-        yo = official_fwd(*x)
-        row["parity"]["fwd_ours_vs_official_scale_rel"] = float((y.float() - yo.float()).abs().max()
-                                                                / yo.float().abs().max())
-        row["impls"]["official_cuda_fwd"] = time_ms(lambda: official_fwd(*x), trials)
-    except ImportError as exc:
-        row["skipped"] = {"official": f"mamba_ssm not importable: {exc}"}
-    row["impls"]["ours_triton_fwd"] = time_ms(lambda: m.forward_chunked_scan(*x, chunk=chunk, backend="triton"), trials)
-    ycp = m.forward_chunked_scan(*x, chunk=chunk, backend="triton", scan_mode="chunk_parallel")
-    row["parity"]["fwd_chunk_parallel_vs_serial_scale_rel"] = float((ycp.float() - y.float()).abs().max()
-                                                                    / y.float().abs().max())
-    row["impls"]["ours_triton_fwd_chunk_parallel"] = time_ms(
-        lambda: m.forward_chunked_scan(*x, chunk=chunk, backend="triton", scan_mode="chunk_parallel"), trials)
-    _, ckpt, _ = m.forward_chunked_scan(*x, chunk=chunk, backend="triton", return_checkpoints=True)
-    row["impls"]["ours_triton_bwd"] = time_ms(
-        lambda: m.backward_selective_scan(*x, dy, chunk=chunk, checkpoints=ckpt, backend="triton"), trials)
-    if "official_cuda_fwd" in row["impls"]:
-        leaves = [t.detach().requires_grad_(True) for t in x]
-
-        def off_bwd():
-            out = official_fwd(*leaves)
-            torch.autograd.grad(out, leaves, dy)
-
-        row["impls"]["official_cuda_fwd_bwd"] = time_ms(off_bwd, trials)
+def run_cell(bench, torch, op, shape, model, dtype, args, official, device):
+    cuda = device == "cuda"
+    sets = [bench.make_inputs(op, shape, dtype, device, seed=s) for s in range(args.input_sets)]
+    impls = bench.sides(op, official)
+    row = {"op": op, "name": bench.OPS[op]["name"], "direction": bench.OPS[op]["direction"], "shape": shape,
+           "dtype": str(dtype).removeprefix("torch."), "model_shape": model, "impls": {}, "not_timed": {}}
+    if op in bench.NO_OFFICIAL:
+        row["not_timed"]["official"] = bench.NO_OFFICIAL[op]
+    elif bench.OFFICIAL[op] not in impls:
+        row["not_timed"][bench.OFFICIAL[op]] = "mamba-ssm not importable (see official)"
+    row["check"] = bench.check(op, shape, dtype, sets[0], impls, oracle=args.dry_run or not model)
+    nbytes = bench.min_bytes(op, shape, dtype)
+    for name, side in impls.items():
+        pair = row["check"]["pairs"].get(name)
+        if name != "ours_triton" and pair is not None and not pair["pass"]:
+            row["not_timed"][name] = "failed the correctness check against ours"
+            continue
+        t = time_side(side, sets, args.iters, args.warmup, cuda)
+        t["effective_GBps"] = round(nbytes / (t["median_ms"] * 1e6), 2)
+        row["impls"][name] = t
+        if cuda:
+            torch.cuda.empty_cache()
+    off = bench.OFFICIAL.get(op)
+    if off in row["impls"] and "ours_triton" in row["impls"]:
+        # > 1: ours is faster than the official side
+        row["speedup_vs_official"] = round(row["impls"][off]["median_ms"] / row["impls"]["ours_triton"]["median_ms"], 4)
+        if model:
+            row["goal"] = {"min_speedup": bench.GOALS[row["direction"]],
+                           "met": row["speedup_vs_official"] >= bench.GOALS[row["direction"]]}
+    row["min_bytes"] = nbytes
     return row
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shapes", default="2,512,1024,16;8,2048,4096,16;8,2048,4096,128")
-    ap.add_argument("--dtypes", default="float32,bfloat16")
-    ap.add_argument("--trials", type=int, default=30)
-    ap.add_argument("--json", default="")
-    args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("needs a CUDA GPU", file=sys.stderr)
-        return 2
-    m = _mamba()
-    doc = {"schema": SCHEMA, "gpu": torch.cuda.get_device_name(), "runs": [], "correctness": {}}
-    for dt in args.dtypes.split(","):
-        dtype = getattr(torch, dt)
-        doc["correctness"][dt] = c = correctness(m, dtype)
-        # float32 arithmetic against float64: the scale-relative error stays near float32 roundoff times the
-        # chain length; bf16 inputs are rounded before both sides see them, so the same holds
-        if c["fwd_scale_rel_vs_oracle"] > 1e-4:
-            print(f"correctness failed for {dt}: {c}", file=sys.stderr)
-            return 1
-        for s in args.shapes.split(";"):
-            b, L, d, n = (int(v) for v in s.split(","))
-            doc["runs"].append(bench_shape(m, b, L, d, n, dtype, args.trials))
-            print(json.dumps(doc["runs"][-1]))
-    if args.json:
-        from lethe import provenance
+    args = parse(argv)
+    if args.dry_run:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
 
-        out = Path(args.json)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        provenance.write(out.parent / "provenance.json", command=" ".join(["python", *sys.argv]),
-                         experiment="mamba.bench")
-    return 0
+    import lethe.kernels.mamba.bench as bench
+    from lethe import provenance
+
+    device = "cpu" if args.dry_run else "cuda"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("needs a CUDA GPU (or --dry-run)", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    official = bench.official_status()
+    doc = {"schema": SCHEMA, "status": "running", "dry_run": args.dry_run,
+           "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (Triton interpreter)",
+           "official": official, "goals": bench.GOALS, "args": {k: v for k, v in vars(args).items()
+                                                                if k not in ("out", "published")},
+           "rows": [], "not_run": []}
+    cells = bench.plan(args.ops.split(","), args.shapes, Path(args.published), args.dry_run)
+    t0 = time.perf_counter()
+
+    def write():
+        doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
+        (out / "bench.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
+    for dt_name in args.dtypes.split(","):
+        dtype = getattr(torch, dt_name)
+        for op, shape, model in cells:
+            if time.perf_counter() - t0 > args.max_s:
+                doc["not_run"].append({"op": op, "shape": shape, "dtype": dt_name, "why": "budget (--max-s)"})
+                continue
+            try:
+                row = run_cell(bench, torch, op, shape, model, dtype, args, official, device)
+            except torch.cuda.OutOfMemoryError as exc:  # a cell too large for this GPU: said, not fatal
+                row = {"op": op, "shape": shape, "dtype": dt_name, "error": f"out of memory: {exc}"[:300]}
+                torch.cuda.empty_cache()
+            doc["rows"].append(row)
+            print(json.dumps({k: row.get(k) for k in ("op", "shape", "dtype", "speedup_vs_official")}
+                             | {"pass": row.get("check", {}).get("pass")}), flush=True)
+            write()
+    doc["status"] = "partial" if doc["not_run"] else "complete"
+    doc["all_checks_pass"] = all(r.get("check", {}).get("pass", False) for r in doc["rows"])
+    write()
+    provenance.write(out / "provenance.json", command=" ".join(["python", *sys.argv]), experiment="mamba.bench")
+    return 0 if doc["all_checks_pass"] else 1
 
 
 if __name__ == "__main__":

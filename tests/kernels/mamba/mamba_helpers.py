@@ -9,13 +9,16 @@ the op-specific ``m`` is stated where it is used.
 
 import torch
 
-# unit roundoff: half the distance from 1 to the next float
-UNIT_ROUNDOFF = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+from lethe.kernels.mamba.error_bounds import (  # noqa: F401  (re-exported for the tests)
+    UNIT_ROUNDOFF,
+    block_backward_steps,
+    block_forward_steps,
+    gamma,
+    scan_backward_steps,
+    scan_forward_steps,
+)
 
 
-def gamma(m: int, u: float) -> float:
-    assert m * u < 1
-    return m * u / (1 - m * u)
 
 
 def make_scan_inputs(b=2, L=13, d=6, n=5, dtype=torch.float64, seed=0, with_d=True):
@@ -39,19 +42,8 @@ def f64(*xs):
     return tuple(None if x is None else x.double() for x in xs)
 
 
-def scan_forward_steps(L: int, n: int) -> int:
-    """Operations on the longest dependency chain of y_t in float32: per time step at most 6 (delta * A, the exp
-    -- taken as 2 ulp --, Abar * h, delta * u, that times B_t, the add), L steps, then the N-term dot with C_t and
-    the D skip (N + 2)."""
-    return 6 * L + n + 2
 
 
-def scan_backward_steps(L: int, n: int, d: int) -> int:
-    """The gradients consume the recomputed forward states (6 per step) and the reverse carry G (6 per step: the
-    C dy product, the add, the Abar product, plus the factors of each gradient's term), and the widest sum over
-    them: L for dA / dD (over time; the batch sum adds at most b), N for du / ddelta, d_model for dB / dC (over
-    channels). 13 L + N + d + 8 covers each."""
-    return 13 * L + n + d + 8
 
 
 def assert_within(name, got, ref, bound):
@@ -83,17 +75,4 @@ def make_block_inputs(b=2, L=9, d=5, n=3, k=4, dtype=torch.float64, seed=0, cohe
     return tuple(None if t is None else t.to(dtype) for t in (x, w, bias, delta, A, B, C, D, nw))
 
 
-def block_forward_steps(L: int, n: int, d: int, k: int) -> int:
-    """The fused forward's chain: the conv (k products and k adds, the bias: 2k + 1), SiLU (exp, add, divide,
-    taken as 4), the scan (scan_forward_steps), the norm (the scaling of y by its row maximum, the d-term mean
-    square, its division by d and the add of eps / sc^2, the square root and the reciprocal taken as 2 ulp each --
-    the GPU's approximate forms --, the product by sc, two output products: d + 11)."""
-    return (2 * k + 1) + 4 + scan_forward_steps(L, n) + (d + 11)
 
-
-def block_backward_steps(b: int, L: int, n: int, d: int, k: int) -> int:
-    """The fused backward's chain: the recomputed forward (block_forward_steps), the norm's backward (the d-term
-    s_t, then r^3 and the products: d + 8), the scan's backward (scan_backward_steps; it counts the state
-    recomputation again, harmless), silu' and its product (6), the conv's backward (k taps, 2k + 2), and the
-    sums over batch and time of dw, dc0, dg, dA, dD (b L)."""
-    return block_forward_steps(L, n, d, k) + (d + 8) + scan_backward_steps(L, n, d) + 6 + (2 * k + 2) + b * L

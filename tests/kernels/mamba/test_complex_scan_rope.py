@@ -3,6 +3,7 @@ without rotation; the torch and Triton paths against the oracle within derived b
 
 import pytest
 import torch
+from lethe.kernels.mamba.error_bounds import rope_scan_steps as steps
 from lethe.kernels.mamba import MambaShapeError, complex_scan_rope
 from lethe.kernels.mamba.complex_scan_rope.reference import complex_scan_rope_magnitude, complex_scan_rope_ref
 from lethe.kernels.mamba.forward_chunked_scan.reference import selective_scan_ref
@@ -25,11 +26,6 @@ def make_inputs(b, L, H, P, N, S, dtype=torch.float64, seed=0):
     return tuple(t.to(dtype) for t in (x, dt, A, r(b, L, H, N), r(b, L, H, N), theta))
 
 
-def steps(L: int, n: int) -> int:
-    """Operations per step on a state pair's chain: dt A and its exp (3), cos and sin (2 ulp each, entering the
-    pair's norm through the rotation: 4), the rotation's products and add (3), alpha times it (1), the input
-    dt B x (2) and its add (1): 14; then the readout over N rows and the pair sum (N + 2)."""
-    return 14 * L + n + 2
 
 
 def test_oracle_matches_complex_arithmetic():

@@ -3,6 +3,7 @@ hand-derived backward (torch, float64) against autograd, the Triton path within 
 
 import pytest
 import torch
+from lethe.kernels.mamba.error_bounds import mimo_backward_steps as steps
 from lethe.kernels.mamba import MambaShapeError, mimo_backward, mimo_forward, mimo_scan
 from lethe.kernels.mamba.complex_scan_rope.reference import complex_scan_rope_ref
 from lethe.kernels.mamba.mimo_backward.reference import (
@@ -31,11 +32,6 @@ def make_inputs(b, L, H, P, N, R, dtype=torch.float64, seed=0):
     return tuple(t.to(dtype) for t in ins), dy.to(dtype)
 
 
-def steps(b: int, L: int, n: int, p: int, rank: int) -> int:
-    """The forward chain (per step: dt alpha and its exp, 3; a h, 1; R rank-one terms of 3 products and an add,
-    4R) recomputed, the reverse carry (per step: R terms C dYr, 2R + 1; the carry product, 1) and the widest
-    reduction of a gradient: N + P for ddt, P for dB / dC, N for dx, R for dx's fold, b L for the parameters."""
-    return (4 + 4 * rank) * L + (2 + 2 * rank) * L + n + p + rank + b * L + 8
 
 
 def test_gradcheck_of_the_oracle():
