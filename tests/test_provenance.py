@@ -43,3 +43,31 @@ def test_regenerated_outputs_do_not_mark_a_run_dirty(tmp_path, monkeypatch):
     assert provenance.git_sha() == clean
     (tmp_path / "src" / "code.py").write_text("x = 2\n")
     assert provenance.git_sha() == clean + "-dirty"
+
+
+def test_library_versions_read_without_import_equal_the_modules_own():
+    """library_versions reads a library that is not imported from its distribution's metadata; a row's
+    environment must say the same either way, so the two sources must agree for every installed library."""
+    import importlib
+    import sys
+
+    lazily = provenance.library_versions()
+    for name in provenance.LIBRARIES:
+        try:
+            module = sys.modules.get(name) or importlib.import_module(name)
+        except ImportError:
+            assert lazily[name] is None
+            continue
+        assert lazily[name] == getattr(module, "__version__", None), name
+    assert provenance.library_versions() == lazily  # after the imports: the modules' own strings
+
+
+def test_gpu_info_without_driver_starts_no_process(monkeypatch):
+    import subprocess
+
+    def refuse(*a, **k):
+        raise AssertionError("nvidia-smi started although the driver was not asked for")
+
+    monkeypatch.setattr(subprocess, "run", refuse)
+    info = provenance.gpu_info(driver=False)
+    assert info["driver"] is None and "gpu" in info

@@ -118,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-self", type=int, default=10, help="reference-as-candidate kernels in the mixed folder")
     ap.add_argument("--lat-n", type=int, default=10, help="latency benchmark: kernels of each kind")
     ap.add_argument("--lat-steps", default="build,cold,warm,phases,kb,batch")
+    ap.add_argument("--reference-device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="where the float64 references run, in the audits and the latency benchmark")
     ap.add_argument("--skip", default="", help="comma-separated steps to skip")
     ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
     a = ap.parse_args(argv)
@@ -140,7 +142,8 @@ def main(argv=None) -> int:
             _save(run, state)
     audit = [py, "-m", "lethe.cli", "audit", str(target), "--kernelbench", a.kb, "--profiles", PROFILES,
              "--workers", str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus",
-             "leaderboard" if not a.subset else "mixed", "--out", str(run / "out" / "audit"), "--quiet"]
+             "leaderboard" if not a.subset else "mixed", "--out", str(run / "out" / "audit"), "--quiet",
+             "--reference-device", a.reference_device]
     from lethe.audit.batch import discover
 
     build_map(discover(str(target), kernelbench=a.kb), run / "buildmap.json")
@@ -164,7 +167,8 @@ def main(argv=None) -> int:
         step(run, "latency", [py, "-m", "lethe.audit.latency", "--out", str(run / "out" / "latency.json"),
                               "--lb-dir", str(lb), "--kb-root", a.kb, "--kb-src", a.kb, "--n-cuda",
                               str(a.lat_n), "--n-torch", str(a.lat_n), "--n-phases", "2", "--n-kb", "2",
-                              "--build-workers", str(a.build_workers), "--steps", a.lat_steps])
+                              "--build-workers", str(a.build_workers), "--steps", a.lat_steps,
+                              "--reference-device", a.reference_device])
     if "mamba" not in skip:
         step(run, "mamba_gpu", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/kernels/mamba/test_mamba_gpu.py"],
              timeout_s=150)
@@ -175,7 +179,8 @@ def main(argv=None) -> int:
         step(run, "sakana_materialise", [py, "-m", "lethe.corpora.sakana", "materialise", a.sakana, str(sk)])
         sk_audit = [py, "-m", "lethe.cli", "audit", str(sk / "run"), "--kernelbench", str(sk / "problems"),
                     "--profiles", PROFILES, "--workers", str(a.workers), "--build-workers", str(a.build_workers),
-                    "--device", "cuda", "--corpus", "sakana", "--out", str(run / "out" / "audit-sakana"), "--quiet"]
+                    "--device", "cuda", "--corpus", "sakana", "--out", str(run / "out" / "audit-sakana"), "--quiet",
+                    "--reference-device", a.reference_device]
         step(run, "sakana_audit", sk_audit)
         build_map(discover(str(sk / "run"), kernelbench=str(sk / "problems")), run / "buildmap-sakana.json")
         step(run, "sakana_kb_real", [py, "-m", "lethe.kernelbench.real", "judge", str(sk / "run"), "--checkout",

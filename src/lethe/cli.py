@@ -83,8 +83,9 @@ def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: 
 def cmd_verify(args: argparse.Namespace) -> int:
     from lethe.sandbox.runner import warm_up
 
-    # The sandbox's zygotes import torch while this process imports the verifier: the reference's (CPU) and,
-    # when the device is known without importing torch, the candidate's.
+    # The sandbox's zygotes import torch while this process imports the verifier: the CPU one (the reference's
+    # on the CPU, a Triton candidate's ahead-of-time pass) and, when the device is known without importing torch,
+    # the candidate's, which a reference on CUDA shares (same preload and startup environment).
     warm_up("cpu")
     guess = args.device if args.device != "auto" else ("cuda" if os.path.exists("/dev/nvidiactl") else "cpu")
     if guess != "cpu":
@@ -110,6 +111,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     kw = dict(profile=args.profile, device=args.device, seed=args.seed, timeout_s=args.timeout,
               kernel_id=args.id or default_id(args.cand, cand_src), corpus=args.corpus,
               ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
+              reference_device=args.reference_device,
               sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
     if args.tiered:
         if gates:
@@ -206,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="float64 reference wall-clock budget in seconds (default %(default)g)")
     v.add_argument("--ref-memory-mb", type=int, default=api_default("REF_MEMORY_MB"),
                    help="float64 reference memory budget in MB (default %(default)d)")
+    v.add_argument("--reference-device", default="auto", choices=list(api_default("REFERENCE_DEVICES")),
+                   help="where the float64 reference runs (auto: on CUDA when the candidate does, else the CPU)")
     v.add_argument("--id", default="", help="row id (default: candidate file stem + 12 hex digits of its SHA-256)")
     v.add_argument("--gates", default="", help="comma-separated gate ids to run (default: all twelve)")
     v.add_argument("--tiered", action="store_true",

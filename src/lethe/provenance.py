@@ -49,40 +49,61 @@ def git_sha() -> str:
 OUTPUT_DIRS = ("results", "paper", "figures", "logs")
 
 
-def gpu_info() -> dict[str, Any]:
-    """Name, driver and compute capability of the first CUDA device, or ``{"gpu": "cpu"}``."""
+def gpu_info(driver: bool = True) -> dict[str, Any]:
+    """Name, driver and compute capability of the first CUDA device, or ``{"gpu": "cpu"}``. ``driver=False``
+    leaves the driver out (None) and skips the ``nvidia-smi`` process that reads it: a verdict row's environment
+    does not record the driver, and every verification on a GPU would otherwise start that process."""
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is a hard dependency
         return {"gpu": "cpu", "driver": None, "capability": None}
     if not torch.cuda.is_available():
         return {"gpu": "cpu", "driver": None, "capability": None}
-    driver = None
+    driver_version = None
     try:
+        if not driver:
+            raise OSError("driver not asked for")
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=20, check=False,
         )
-        driver = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
+        driver_version = out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
     except (OSError, subprocess.SubprocessError):
         pass
     major, minor = torch.cuda.get_device_capability(0)
     return {
         "gpu": torch.cuda.get_device_name(0),
-        "driver": driver,
+        "driver": driver_version,
         "capability": f"sm_{major}{minor}",
         "cuda_runtime": torch.version.cuda,
     }
 
 
+LIBRARIES = ("torch", "triton", "numpy", "pandas")
+
+
 def library_versions() -> dict[str, str | None]:
+    """Python's and each of ``LIBRARIES``' version (None when not installed). A library this process has not
+    imported is read from its installed distribution's metadata instead of being imported for its
+    ``__version__`` (importing pandas and triton only to read a string cost a cold verification a few tenths of a
+    second); the two
+    agree for these libraries (tests/test_provenance.py checks it on the installed ones)."""
+    from importlib import metadata
+
     versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "triton", "numpy", "pandas"):
-        try:
-            module = __import__(name)
+    for name in LIBRARIES:
+        module = sys.modules.get(name)
+        if module is not None:
             versions[name] = getattr(module, "__version__", None)
-        except ImportError:
-            versions[name] = None
+            continue
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            # Installed under another distribution name (pytorch-triton, say), or not at all: ask the module.
+            try:
+                versions[name] = getattr(__import__(name), "__version__", None)
+            except ImportError:
+                versions[name] = None
     return versions
 
 

@@ -54,3 +54,26 @@ def test_table_renders_medians_and_goals(tmp_path):
     L.render(doc, str(tmp_path / "t.md"), str(tmp_path / "t.tex"))
     md = (tmp_path / "t.md").read_text()
     assert "7.50" in md and "2.50" in md and "NVIDIA H200" in md and "0.90 s per kernel" in md
+
+
+def test_cold_and_warm_runs_pass_and_record_the_reference_device(tmp_path, monkeypatch):
+    """The benchmark says where the references ran: the option reaches lethe verify, and each run records the
+    device its output names (and the fallback reason, when a CUDA reference went to the CPU)."""
+    import json as _json
+    import subprocess as _sp
+
+    from lethe.audit import latency as L
+
+    seen = {}
+
+    def fake_run(cmd, **kw):
+        seen["cmd"] = cmd
+        doc = {"status": "gated", "reference_device": "cpu", "reference_fallback": "reference on CUDA not possible: x"}
+        return _sp.CompletedProcess(cmd, 0, stdout=_json.dumps(doc), stderr="")
+
+    monkeypatch.setattr(L.subprocess, "run", fake_run)
+    (tmp_path / "k").mkdir()
+    out = L._cli_once({"id": "k"}, tmp_path, tmp_path / "cache", 10.0, "cuda")
+    i = seen["cmd"].index("--reference-device")
+    assert seen["cmd"][i + 1] == "cuda"
+    assert out["reference_device"] == "cpu" and out["reference_fallback"].startswith("reference on CUDA")

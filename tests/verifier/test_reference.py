@@ -202,3 +202,87 @@ def test_load_source_executes_and_files_latin1_and_bom_sources(tmp_path):
     assert ns["LABEL"] == "caf\xe9 \xb5s"
     # What inspect/linecache read back from the file (Triton's @jit does) is the executed text.
     assert read_source(tmp_path / "t_ref_latin1.py") == LATIN1_SRC
+
+
+# ---------------------------------------------------------------------------------------- reference device
+
+
+def test_reference_device_resolution():
+    """auto follows the candidate's device; a CUDA reference needs a CUDA verification; nothing else passes."""
+    from lethe.verifier.api import resolve_reference_device
+
+    assert resolve_reference_device("auto", "cuda") == "cuda"
+    assert resolve_reference_device("auto", "cpu") == "cpu"
+    assert resolve_reference_device("cpu", "cuda") == "cpu"
+    assert resolve_reference_device("cuda", "cuda") == "cuda"
+    with pytest.raises(ValueError):
+        resolve_reference_device("cuda", "cpu")
+    with pytest.raises(ValueError):
+        resolve_reference_device("gpu", "cuda")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the fallback of a machine without a GPU")
+def test_cuda_reference_without_a_gpu_falls_back_to_the_cpu_and_says_why(monkeypatch):
+    """Asked for CUDA where the process sees no GPU: the reference is computed on the CPU, bit for bit the CPU
+    reference, and the result says where and why (never a silent change of device)."""
+    from lethe.verifier import api
+    from lethe.verifier.testing import inprocess_runner
+
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    api._REF_CACHE.clear()
+    st_c, res_c, arr_c, _ = api.run_reference(K.SOFTMAX_REF, 0, runner=inprocess_runner, device="cpu")
+    st_g, res_g, arr_g, _ = api.run_reference(K.SOFTMAX_REF, 0, runner=inprocess_runner, device="cuda")
+    assert st_c == st_g == "ok" and res_c["ok"] and res_g["ok"]
+    assert res_c["reference_device"] == res_g["reference_device"] == "cpu"
+    assert "reference_fallback" not in res_c
+    assert "no CUDA device" in res_g["reference_fallback"]
+    assert sorted(arr_c) == sorted(arr_g)
+    assert all(arr_c[k].tobytes() == arr_g[k].tobytes() for k in arr_c)
+    assert api.reference_environment(res_g, "cuda") == {"reference_device": "cpu",
+                                                        "reference_fallback": res_g["reference_fallback"]}
+    assert api.reference_environment(res_c, "cpu") == {"reference_device": "cpu"}
+
+
+def test_cuda_reference_child_reports_fault_cuda_without_a_gpu(tmp_path, monkeypatch):
+    """The child's side of the fallback: no visible GPU is fault "cuda" (which the caller redoes on the CPU), not
+    a broken reference."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    res, arrays = run_reference({"ref_src": K.SOFTMAX_REF, "seed": 0, "device": "cuda"}, {}, tmp_path)
+    assert res["ok"] is False and res["fault"] == "cuda" and arrays == {}
+    res, _ = run_reference({"ref_src": K.SOFTMAX_REF, "seed": 0, "device": "tpu"}, {}, tmp_path)
+    assert res["ok"] is False and "cpu or cuda" in res["error"]
+
+
+def test_which_cuda_outcomes_are_redone_on_the_cpu():
+    """Redone: fault "cuda" and a process that did not survive; kept: success and the faults the CPU reports
+    the same way (a broken reference, its budget, a reduced-precision output)."""
+    from lethe.sandbox.runner import SandboxResult
+    from lethe.verifier.api import cuda_fallback_reason
+
+    ok = SandboxResult(status="ok")
+    assert cuda_fallback_reason(ok, {"ok": True}) is None
+    assert "not possible" in cuda_fallback_reason(ok, {"ok": False, "fault": "cuda", "error": "x"})
+    for kind in ("exception", "time", "memory", "reduced_precision_output", "nondeterministic"):
+        assert cuda_fallback_reason(ok, {"ok": False, "fault": kind, "error": "x"}) is None, kind
+    for status in ("crash", "error", "exit", "bad_result"):
+        assert status in cuda_fallback_reason(SandboxResult(status=status, detail="d"), {})
+    assert cuda_fallback_reason(SandboxResult(status="timeout"), {}) is None
+    assert cuda_fallback_reason(SandboxResult(status="oom"), {}) is None
+
+
+def test_reference_inputs_keep_the_cpu_path_as_it_was():
+    """On the CPU a float64 input reaches the reference as the very tensor (what the CPU reference always did);
+    others are cast or copied."""
+    from lethe.verifier.reference import reference_inputs
+
+    x64, x32, idx = torch.zeros(3, dtype=torch.float64), torch.zeros(3), torch.arange(3)
+    a, b, c, d = reference_inputs([x64, x32, idx, 7])
+    assert a is x64 and b.dtype == torch.float64 and c is not idx and torch.equal(c, idx) and d == 7
+
+
+def test_cache_keys_name_the_reference_device():
+    from lethe.verifier import refcache
+
+    assert refcache.key("src", 0, None, False, "cpu") != refcache.key("src", 0, None, False, "cuda")
+    assert refcache.key("src", 0, None, False) == refcache.key("src", 0, None, False, "cpu")

@@ -31,6 +31,8 @@ def test_json_output_follows_the_shipped_schema(files, local_sandbox, capsys):
         jsonschema.validate(out, schema)
         assert out["schema"] == V.VERIFY_OUTPUT_SCHEMA and out["lethe_version"] == lethe.__version__
         assert out["exit_code"] == code
+        # A CPU verification computes its reference on the CPU, and says so.
+        assert out["reference_device"] == "cpu" and out["reference_fallback"] is None
 
 
 def test_python_api_returns_a_typed_verdict(local_sandbox):

@@ -148,7 +148,7 @@ def _count_rows(path: Path) -> int:
 def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None = None, problem_base: int = 1,
         workers: int = 1, gpus: list[str] | None = None, profiles: list[str] = ("strict",), device: str = "auto",
         seed: int = 0, timeout_s: float = 300.0, corpus: str = "", progress: bool = True,
-        build_workers: int = 0, build_only: bool = False) -> dict[str, Any]:
+        build_workers: int = 0, build_only: bool = False, reference_device: str = "auto") -> dict[str, Any]:
     """Audit one folder; returns {"rows": n, "kernels": n, "out": path}.
 
     On a GPU, ``build_workers`` > 0 first builds every CUDA candidate's extensions in a parallel pool
@@ -159,7 +159,7 @@ def run(root: str, out: str, *, ref: str | None = None, kernelbench: str | None 
     work.mkdir(parents=True, exist_ok=True)
     spec = {"root": str(root), "ref": ref, "kernelbench": kernelbench, "problem_base": problem_base,
             "profiles": list(profiles), "device": device, "seed": seed, "timeout_s": timeout_s,
-            "corpus": corpus or Path(root).name}
+            "corpus": corpus or Path(root).name, "reference_device": reference_device}
     (work / "spec.json").write_text(json.dumps(spec, sort_keys=True, indent=1))
     if build_workers and _resolved_device(device) == "cuda":
         build_extensions(items, work, workers=build_workers, gpus=gpus, progress=progress)
@@ -331,10 +331,14 @@ def _worker(slot: str, spec_path: str) -> int:
     lock = open(work / f"shard-{i}.lock", "a")
     # A worker of an earlier, killed command may still be finishing its kernel: wait for it, never race it.
     fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+    import functools
+
     from lethe.verifier.api import verify_profiles
 
+    # A spec written before the option existed names none: the default ("auto").
+    verify_many = functools.partial(verify_profiles, reference_device=spec.get("reference_device", "auto"))
     shard.run_shard(items, work / f"shard-{i}.jsonl", verify_fn=shard.default_verify(),
-                    verify_many_fn=verify_profiles, profiles=spec["profiles"],
+                    verify_many_fn=verify_many, profiles=spec["profiles"],
                     device=spec["device"], seed=spec["seed"], timeout_s=spec["timeout_s"], corpus=spec["corpus"],
                     shard_label=f"{i}/{n}", progress=False)
     return 0
@@ -356,6 +360,8 @@ def add_subcommand(sub) -> None:
     a.add_argument("--build-only", action="store_true", help="only build the CUDA candidates' extensions")
     a.add_argument("--profiles", default="strict")
     a.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    a.add_argument("--reference-device", default="auto", choices=["auto", "cpu", "cuda"],
+                   help="where each float64 reference runs (auto: on CUDA when the candidates do, else the CPU)")
     a.add_argument("--seed", type=int, default=0)
     a.add_argument("--timeout", type=float, default=300.0)
     a.add_argument("--corpus", default="")
@@ -372,7 +378,7 @@ def _cmd(args) -> int:
                   profiles=[p for p in args.profiles.split(",") if p], device=args.device, seed=args.seed,
                   timeout_s=args.timeout, corpus=args.corpus, progress=not args.quiet,
                   build_workers=max(1, (os.cpu_count() or 4) // 4) if args.build_workers is None
-                  else args.build_workers, build_only=args.build_only)
+                  else args.build_workers, build_only=args.build_only, reference_device=args.reference_device)
     except (LayoutError, FileNotFoundError) as exc:
         print(f"lethe audit: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -80,13 +80,14 @@ def _pairs_dir(items: list[dict], root: Path) -> Path:
     return root
 
 
-def _cli_once(it: dict, pairs: Path, cache: Path, timeout_s: float) -> dict[str, Any]:
+def _cli_once(it: dict, pairs: Path, cache: Path, timeout_s: float, reference_device: str = "auto") -> dict[str, Any]:
     env = dict(os.environ, LETHE_REF_CACHE=str(cache))
     d = pairs / it["id"]
     t0 = time.perf_counter()
     try:
         p = subprocess.run([sys.executable, "-m", "lethe.cli", "verify", str(d / "ref.py"), str(d / "cand.py"),
-                            "--json", "--device", "cuda", "--id", it["id"]], capture_output=True, text=True,
+                            "--json", "--device", "cuda", "--reference-device", reference_device, "--id", it["id"]],
+                           capture_output=True, text=True,
                            timeout=timeout_s, env=env)
         wall = time.perf_counter() - t0
         try:
@@ -94,7 +95,9 @@ def _cli_once(it: dict, pairs: Path, cache: Path, timeout_s: float) -> dict[str,
         except ValueError:
             doc = {}
         status = (doc.get("row") or doc).get("status") if isinstance(doc, dict) else None
-        return {"wall_s": round(wall, 3), "rc": p.returncode, "status": status,
+        # Where the reference ran (and why not on CUDA, when it fell back): part of what the time measures.
+        where = {k: doc.get(k) for k in ("reference_device", "reference_fallback")} if isinstance(doc, dict) else {}
+        return {"wall_s": round(wall, 3), "rc": p.returncode, "status": status, **where,
                 "stderr_tail": p.stderr[-300:] if p.returncode not in (0, 1) else ""}
     except subprocess.TimeoutExpired:
         return {"wall_s": None, "rc": None, "status": "timeout"}
@@ -141,7 +144,8 @@ def _kb_check(it: dict, pairs: Path, kb_src: str, build_dir: str, timeout_s: flo
 def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n_torch: int = 20,
         workers: tuple[int, ...] = (1, 4, 8), build_workers: int = 8, timeout_s: float = 600.0,
         n_phases: int | None = None, n_kb: int | None = None,
-        steps: tuple[str, ...] = ("build", "cold", "warm", "phases", "kb", "batch")) -> dict[str, Any]:
+        steps: tuple[str, ...] = ("build", "cold", "warm", "phases", "kb", "batch"),
+        reference_device: str = "auto") -> dict[str, Any]:
     from lethe.audit import batch
     from lethe.provenance import gpu_info, library_versions
     from lethe.sandbox import extensions
@@ -154,7 +158,8 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
     doc: dict[str, Any] = {"schema": SCHEMA, "provenance": {"gpu": gpu_info(), "libraries": library_versions(),
                                                            "cpus": os.cpu_count(), "kb_stand_ins": list(STAND_IN_NAMES),
                                                            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                                    time.gmtime())},
+                                                                                    time.gmtime()),
+                                                           "reference_device": reference_device},
                            "kernels": {it["id"]: {"kind": it["kind"]} for it in items}, "batch": {}}
 
     def save() -> None:
@@ -188,7 +193,7 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
         if step not in steps:
             continue
         for it in items:
-            doc["kernels"][it["id"]][step] = _cli_once(it, pairs, caches[it["id"]], timeout_s)
+            doc["kernels"][it["id"]][step] = _cli_once(it, pairs, caches[it["id"]], timeout_s, reference_device)
             save()
         log(f"{step}: median {_median([doc['kernels'][i][step]['wall_s'] for i in doc['kernels']])} s")
     def first(n: int | None) -> list[dict]:
@@ -206,7 +211,7 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
             t0 = time.perf_counter()
             try:
                 api.verify_profiles(it["reference"], it["candidate"], profiles=["strict"], device="cuda",
-                                    timings=t, kernel_id=it["id"])
+                                    timings=t, kernel_id=it["id"], reference_device=reference_device)
             except Exception as exc:  # noqa: BLE001 - a measurement, not a verdict
                 t["error"] = str(exc)[:200]
             t["in_process_s"] = round(time.perf_counter() - t0, 3)
@@ -229,7 +234,8 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
             t0 = time.perf_counter()
             p = subprocess.run([sys.executable, "-m", "lethe.cli", "audit", str(pairs), "--out",
                                 str(scratch / f"batch-{w}"), "--workers", str(w), "--build-workers", "0",
-                                "--device", "cuda", "--quiet"], capture_output=True, text=True, env=env,
+                                "--device", "cuda", "--reference-device", reference_device, "--quiet"],
+                               capture_output=True, text=True, env=env,
                                timeout=max(timeout_s, 60.0 * len(items) / w))
             wall = time.perf_counter() - t0
             doc["batch"][str(w)] = {"wall_s": round(wall, 3), "kernels": len(items), "rc": p.returncode,
@@ -329,10 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", default="build,cold,warm,phases,kb,batch")
     ap.add_argument("--n-phases", type=int, default=None, help="phase split on the first N of each kind")
     ap.add_argument("--n-kb", type=int, default=None, help="KernelBench's check on the first N CUDA kernels")
+    ap.add_argument("--reference-device", default="auto", choices=["auto", "cpu", "cuda"],
+                    help="where the float64 references run (lethe verify --reference-device); recorded in the JSON")
     a = ap.parse_args(argv)
     run(a.out, lb_dir=a.lb_dir, kb_root=a.kb_root, kb_src=a.kb_src, n_cuda=a.n_cuda, n_torch=a.n_torch,
         workers=tuple(int(w) for w in a.workers.split(",") if w), build_workers=a.build_workers,
-        steps=tuple(a.steps.split(",")), n_phases=a.n_phases, n_kb=a.n_kb)
+        steps=tuple(a.steps.split(",")), n_phases=a.n_phases, n_kb=a.n_kb, reference_device=a.reference_device)
     return 0
 
 

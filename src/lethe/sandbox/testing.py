@@ -276,3 +276,28 @@ def blas_probe(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
     before = len(os.listdir("/proc/self/task"))
     out = a @ a.T
     return {"threads_before": before, "threads_after": len(os.listdir("/proc/self/task"))}, {"out": out}
+
+
+# A float64 bit pattern no allocator or driver writes by itself (a quiet NaN with a chosen payload).
+GPU_SENTINEL = 0x7FF8_1E7E_5EED_0001
+
+
+def gpu_fill_sentinel(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Fill ``payload["mb"]`` MB of fresh GPU memory with ``GPU_SENTINEL`` and exit, as a reference process
+    leaves its float64 outputs behind in device memory."""
+    import torch
+
+    n = int(payload["mb"]) * (1 << 20) // 8
+    t = torch.full((n,), GPU_SENTINEL, dtype=torch.int64, device="cuda")
+    torch.cuda.synchronize()
+    return {"filled": int(t.numel())}, {}
+
+
+def gpu_count_sentinel(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Count ``GPU_SENTINEL`` words in ``payload["mb"]`` MB of uninitialised GPU memory (``torch.empty``), as a
+    hostile candidate would look for what an earlier process left there."""
+    import torch
+
+    n = int(payload["mb"]) * (1 << 20) // 8
+    t = torch.empty((n,), dtype=torch.int64, device="cuda")
+    return {"found": int((t == GPU_SENTINEL).sum())}, {}

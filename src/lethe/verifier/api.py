@@ -45,6 +45,22 @@ def resolve_device(device: str) -> str:
     return device
 
 
+REFERENCE_DEVICES = ("auto", "cpu", "cuda")
+
+
+def resolve_reference_device(reference_device: str, device: str) -> str:
+    """Where the float64 reference runs for a verification on ``device`` (already resolved): "auto" is CUDA when
+    the candidate runs on CUDA (so a GPU is there and visible), else the CPU; "cuda" for a CPU verification is
+    refused, since nothing says a GPU may be used."""
+    if reference_device not in REFERENCE_DEVICES:
+        raise ValueError(f"reference_device must be one of {REFERENCE_DEVICES}, got {reference_device!r}")
+    if reference_device == "auto":
+        return "cuda" if device == "cuda" else "cpu"
+    if reference_device == "cuda" and device != "cuda":
+        raise ValueError("reference_device='cuda' needs a CUDA verification (device='cuda' or 'auto' with a GPU)")
+    return reference_device
+
+
 def code_digest() -> str:
     """SHA-256 over the verifier's own sources (gates, probes, tolerances, reference, worker...): two rows with
     the same digest were graded by the same code, so a resumed audit may reuse one (lethe.audit.shard)."""
@@ -57,16 +73,25 @@ def code_digest() -> str:
 
 def environment(device: str) -> dict:
     """What makes a row reproducible: library versions, device, plan and tolerance versions, the verifier's code
-    digest (no host, no time)."""
+    digest (no host, no time). Where the reference ran is added once it has run (:func:`reference_environment`)."""
     from lethe.provenance import gpu_info, library_versions
 
     env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
            "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
            "verifier_code": code_digest()}
     if device == "cuda":
-        info = gpu_info()
+        info = gpu_info(driver=False)
         env["gpu"] = {k: info.get(k) for k in ("gpu", "capability", "cuda_runtime")}
     return env
+
+
+def reference_environment(rres: dict, requested: str) -> dict:
+    """The row's record of the float64 reference: the device it was computed on and, when that is not the
+    device asked for, why (a CUDA reference that fell back to the CPU is never silent)."""
+    out = {"reference_device": rres.get("reference_device") or requested}
+    if rres.get("reference_fallback"):
+        out["reference_fallback"] = str(rres["reference_fallback"])[:800]
+    return out
 
 
 def _sha(s: str) -> str:
@@ -84,15 +109,22 @@ BUILD_TIMEOUT_S = 900.0
 
 def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None,
                   timeout_s: float = REF_TIMEOUT_S, memory_mb: int = REF_MEMORY_MB, runner=None,
-                  interpret: bool = False):
-    """Reference results for (source, seed[, gate filter]), cached per input set: the plan is a pure function
-    of these, so the key is the hash of the source, the seed, the plan version and the filter. Only successful
-    runs are cached, so the budget (which decides success, never the results) is not part of the key.
+                  interpret: bool = False, device: str = "cpu"):
+    """Reference results for (source, seed[, gate filter], device), cached per input set: the plan is a pure
+    function of these, so the key is the hash of the source, the seed, the plan version, the filter and the
+    device asked for. Only successful runs are cached, so the budget (which decides success, never the results)
+    is not part of the key.
+
+    ``device="cuda"`` computes it on the GPU (lethe.verifier.reference.enter_cuda_rules); when that cannot be
+    done (fault "cuda", or the process did not survive CUDA) it is computed on the CPU, and
+    ``result["reference_fallback"]`` says why. ``result["reference_device"]`` is where it was computed.
 
     Returns (sandbox status, result, arrays, raw sandbox result); when the reference cannot grade anything,
     ``result["error"]`` says why, including which budget tripped and in which phase (:func:`reference_error`).
     """
-    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret]))
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"reference device must be cpu or cuda, got {device!r}")
+    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret, device]))
     if key in _REF_CACHE:
         return _REF_CACHE[key]
     disk_key = None
@@ -100,7 +132,7 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
         # Shared across processes (lethe.verifier.refcache): on only where children are OS-isolated.
         from lethe.verifier import refcache
 
-        disk_key = refcache.key(ref_src, seed, only_gates, interpret)
+        disk_key = refcache.key(ref_src, seed, only_gates, interpret, device)
         hit = refcache.load(disk_key)
         if hit is not None:
             result, arrays, meta = hit
@@ -111,11 +143,13 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
             out = ("ok", result, arrays, raw)
             _remember(key, out)
             return out
-    res = (runner or _sandbox())("lethe.verifier.reference:run_reference",
-                     payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
-                              "interpret": interpret, "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
-                     timeout_s=timeout_s, memory_mb=memory_mb, device="cpu", max_file_mb=P.REF_RESULT_MB)
+    res = _reference_process(ref_src, seed, only_gates, interpret, timeout_s, memory_mb, runner, device)
     result = dict(res.result or {})
+    fallback = cuda_fallback_reason(res, result) if device == "cuda" else None
+    if fallback is not None:
+        res = _reference_process(ref_src, seed, only_gates, interpret, timeout_s, memory_mb, runner, "cpu")
+        result = dict(res.result or {})
+        result["reference_fallback"] = fallback
     if res.status != "ok" or not result.get("ok"):
         result["ok"] = False
         result["error"] = reference_error(res, result, timeout_s=timeout_s, memory_mb=memory_mb)
@@ -127,6 +161,34 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
 
             refcache.store(disk_key, result, res.arrays or {}, isolation=res.isolation, tamper_proof=True)
     return out
+
+
+def _reference_process(ref_src: str, seed: int, only_gates, interpret: bool, timeout_s: float, memory_mb: int,
+                       runner, device: str):
+    """One sandboxed run of the float64 reference on ``device`` (a CUDA one gets the GPU the way a candidate
+    does: lethe.sandbox.runner, device="cuda"; same isolation otherwise)."""
+    return (runner or _sandbox())("lethe.verifier.reference:run_reference",
+                                  payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
+                                           "interpret": interpret, "device": device,
+                                           "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=device,
+                                  max_file_mb=P.REF_RESULT_MB)
+
+
+def cuda_fallback_reason(res, result: dict) -> str | None:
+    """Why a CUDA reference run must be redone on the CPU, or None when its outcome stands.
+
+    Redone: the reference said CUDA cannot compute it under the float64 + determinism rules (fault "cuda"), or
+    its process crashed or failed outside the reference's own report (a CUDA driver error, a device it could
+    not open). Stands: success, and every fault the CPU would report the same way (a broken reference, its
+    time budget, a reduced-precision output); a run out of time on the GPU would be slower still on the CPU."""
+    if res.status == "ok" and result.get("ok"):
+        return None
+    if res.status == "ok" and result.get("fault") == "cuda":
+        return f"reference on CUDA not possible: {result.get('error')}"
+    if res.status in ("crash", "error", "exit", "bad_result"):
+        return f"reference process on CUDA ended with {res.status}: {str(getattr(res, 'detail', ''))[:400]}"
+    return None
 
 
 def _remember(key: str, out: tuple) -> None:
@@ -163,19 +225,21 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
            op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
            constants: T.Constants = T.DEFAULT, runner=None, ref_timeout_s: float = REF_TIMEOUT_S,
            ref_memory_mb: int = REF_MEMORY_MB, build_timeout_s: float = BUILD_TIMEOUT_S,
-           ext_store: str | None = None) -> dict:
+           ext_store: str | None = None, reference_device: str = "auto") -> dict:
     """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
     and only for trusted fixture kernels. ``timeout_s``/``memory_mb`` bound the candidate's process,
     ``ref_timeout_s``/``ref_memory_mb`` the float64 reference's, ``build_timeout_s`` a CUDA candidate's
     extension build step (``ext_store``: where builds are kept, see :mod:`lethe.sandbox.extensions`).
+    ``reference_device`` says where the float64 reference runs (:func:`resolve_reference_device`).
     """
     return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
                            memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
                            only_gates=only_gates, sources=sources, constants=constants, runner=runner,
                            ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb,
-                           build_timeout_s=build_timeout_s, ext_store=ext_store)[0]
+                           build_timeout_s=build_timeout_s, ext_store=ext_store,
+                           reference_device=reference_device)[0]
 
 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
@@ -184,7 +248,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                     constants: T.Constants = T.DEFAULT, runner=None,
                     aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None,
                     ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB,
-                    build_timeout_s: float = BUILD_TIMEOUT_S, ext_store: str | None = None) -> list[dict]:
+                    build_timeout_s: float = BUILD_TIMEOUT_S, ext_store: str | None = None,
+                    reference_device: str = "auto") -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -204,10 +269,12 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         return now
     profs = [PR.get(p) for p in profiles]
     dev = resolve_device(device)
+    ref_dev = resolve_reference_device(reference_device, dev)
     src_info = {"ref_sha256": _sha(ref_src), "cand_sha256": _sha(cand_src), **(sources or {})}
+    env_row = environment(dev)
     base = {"id": kernel_id or src_info["cand_sha256"][:16], "corpus": corpus, "op_class": op_class,
             "device": dev, "seed": int(seed),
-            "environment": json.dumps(environment(dev), sort_keys=True),
+            "environment": json.dumps({**env_row, "reference_device": ref_dev}, sort_keys=True),
             "sources": json.dumps(src_info, sort_keys=True)}
 
     ran: list[tuple[str, Any]] = []  # (role, SandboxResult) of every sandboxed process this row depends on
@@ -221,9 +288,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     interpret = dev == "cpu" and "triton" in cand_src
     rstatus, rres, rarr, rraw = run_reference(ref_src, seed, only_gates=only_gates, runner=runner,
                                               interpret=interpret, timeout_s=ref_timeout_s,
-                                              memory_mb=ref_memory_mb)
+                                              memory_mb=ref_memory_mb, device=ref_dev)
     ran.append(("reference", rraw))
+    base["environment"] = json.dumps({**env_row, **reference_environment(rres, ref_dev)}, sort_keys=True)
     t1 = lap("reference_s", t0)
+    phase["reference_device"] = rres.get("reference_device") or ref_dev
     if rstatus != "ok" or not rres.get("ok"):
         return finish(status="ref_broken", error=str(rres["error"])[:2000])
 

@@ -831,7 +831,10 @@ def eps_sensitivity(run, x64: list[Any], outs: list[torch.Tensor], e: float, gen
         pert = []
         for x in x64:
             if isinstance(x, torch.Tensor) and x.is_floating_point():
+                # Drawn on the CPU (the generator's device) and moved to the input's: the same signs wherever the
+                # reference runs.
                 d = torch.where(torch.rand(x.shape, generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+                d = d.to(x.device)
                 pert.append(x * (1.0 + e * d))
             else:
                 pert.append(x.clone() if isinstance(x, torch.Tensor) else x)

@@ -6,7 +6,7 @@ verifying a typical candidate. An audit or a reward loop verifies many candidate
 process, so an in-process cache alone recomputes it every time.
 
 The key (:func:`key`) holds everything the result depends on: the cache format, the source's SHA-256, the
-seed, ``PLAN_VERSION``, the gate filter, the interpreter flag, the lethe version and the verifier's code digest,
+seed, ``PLAN_VERSION``, the gate filter, the interpreter flag, the reference's device, the lethe version and the verifier's code digest,
 the machine architecture and the torch and numpy versions. Any change is a different key, so stale entries are
 never read (they are only left behind).
 
@@ -49,7 +49,9 @@ def cache_dir() -> Path | None:
     return Path(base) / "lethe" / "refs"
 
 
-def key(ref_src: str, seed: int, only_gates: list[str] | None, interpret: bool) -> str:
+def key(ref_src: str, seed: int, only_gates: list[str] | None, interpret: bool, device: str = "cpu") -> str:
+    """The entry's name: a SHA-256 over everything the result depends on (module docstring), the reference's
+    device included (a CUDA reference equals the CPU one to float64 rounding, not bit for bit)."""
     import numpy
     import torch
 
@@ -59,7 +61,7 @@ def key(ref_src: str, seed: int, only_gates: list[str] | None, interpret: bool) 
 
     parts = [CACHE_FORMAT, hashlib.sha256(ref_src.encode()).hexdigest(), int(seed), P.PLAN_VERSION,
              sorted(only_gates or []), bool(interpret), __version__, api.code_digest(), platform.machine(),
-             torch.__version__, numpy.__version__]
+             torch.__version__, numpy.__version__, device]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

@@ -17,6 +17,15 @@ runs of its forward on the same base inputs must agree bit for bit (a reference 
 keeps state is not a function a candidate can match). It runs under the time and memory budget the caller
 gives it (``payload["budget"]``); exceeding either ends the run with an error naming the limit and the phase
 it tripped in, instead of grinding through every probe.
+
+The reference normally runs on the CPU. With ``payload["device"] == "cuda"`` it runs on the GPU under the same
+float64 rule plus the settings that make CUDA reproducible (:func:`enter_cuda_rules`): deterministic algorithms
+(an op without a deterministic kernel raises instead of running), cuBLAS's fixed workspace, no TF32, no
+reduced-precision reductions, autocast off. Inputs are still drawn on the CPU from the same generators, so the
+inputs a candidate sees do not depend on where the reference ran; outputs come back as numpy arrays as before.
+A probe that raises (or runs out of memory) on CUDA is re-run on the CPU: if it raises there too, the CPU's
+report is kept (the reference's own limit); if it runs, the whole run ends with fault ``"cuda"`` and the caller
+(``lethe.verifier.api.run_reference``) computes the reference on the CPU instead, recording why.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ from __future__ import annotations
 import copy
 import importlib.util
 import math
+import os
 import random
 import signal
 import sys
@@ -46,6 +56,11 @@ TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfl
 
 class ReferencePrecisionError(TypeError):
     """The float64 reference was handed a reduced-precision tensor (input, parameter or buffer)."""
+
+
+class CudaReferenceFault(Exception):
+    """The reference cannot be computed on CUDA under the float64 + determinism rules (no deterministic float64
+    kernel, a tensor it makes on the CPU, no GPU in this process...): the caller computes it on the CPU."""
 
 
 class ReferenceOverTime(BaseException):
@@ -111,6 +126,12 @@ class Float64Reference:
         for i, a in enumerate(args):
             if isinstance(a, torch.Tensor) and a.is_floating_point() and a.dtype != torch.float64:
                 raise ReferencePrecisionError(f"reference input {i} is {a.dtype}; the reference runs in float64 only")
+        if any(isinstance(a, torch.Tensor) and a.is_cuda for a in args):
+            # Autocast never casts a float64 tensor (its eligibility test excludes float64); off around the call
+            # so that no enclosing context reaches tensors the reference makes below float64 itself. A reference
+            # that switches it on inside its own forward and returns reduced precision fails the base-probe check.
+            with torch.autocast("cuda", enabled=False):
+                return self.model(*args)
         return self.model(*args)
 
 
@@ -172,6 +193,17 @@ def jsonable(v: Any) -> Any:
     if isinstance(v, (list, tuple)):
         return [jsonable(x) for x in v]
     raise TypeError(f"init/input value of type {type(v).__name__} is not JSON-able")
+
+
+def reference_inputs(inputs: list, device: str = "cpu") -> list:
+    """A probe's inputs as the reference receives them: floating tensors in float64, other tensors copied, on
+    the reference's device; Python values as they are. On the CPU a float64 input is passed as is (``.to`` of a
+    tensor already float64 is the tensor itself), as it always was."""
+    out = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
+           (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+    if device == "cpu":
+        return out
+    return [x.to(device) if isinstance(x, torch.Tensor) else x for x in out]
 
 
 def _round_state(state: dict[str, torch.Tensor], dtype: str) -> dict[str, torch.Tensor]:
@@ -265,9 +297,67 @@ def _arm_deadline(timeout_s: float | None):
     return restore
 
 
+# cuBLAS is deterministic only with a fixed workspace, chosen before CUDA starts (the sandbox's child environment
+# sets the first; torch accepts both).
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
+
+
+def enter_cuda_rules() -> None:
+    """Make this process compute the float64 reference on CUDA reproducibly, or raise CudaReferenceFault.
+
+    Why each setting: ``use_deterministic_algorithms(True)`` makes an op without a deterministic CUDA kernel
+    raise instead of running (scatter-add with atomics, say), so the same seed gives the same bits; cuBLAS is only
+    deterministic with a fixed workspace, which must be set before CUDA initialises. TF32, reduced-precision
+    reductions and autocast never touch float64 tensors, but they are switched off anyway so that no setting
+    of the process can lower what a reference computes below what it computes on the CPU."""
+    if os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in CUBLAS_DETERMINISTIC:
+        if torch.cuda.is_initialized():
+            raise CudaReferenceFault("CUDA was initialised before CUBLAS_WORKSPACE_CONFIG was set: cuBLAS is not "
+                                     "deterministic in this process")
+        os.environ["CUBLAS_WORKSPACE_CONFIG"] = CUBLAS_DETERMINISTIC[0]
+    if not torch.cuda.is_available():
+        raise CudaReferenceFault("no CUDA device is visible to the reference process")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+    torch.set_float32_matmul_precision("highest")
+    torch.cuda.init()
+
+
+class _CpuRules:
+    """The CPU reference's settings for a stretch of a CUDA run (deterministic algorithms off, as in a CPU run),
+    so that a probe re-run on the CPU computes exactly what the CPU reference computes."""
+
+    def __enter__(self):
+        self.was = torch.are_deterministic_algorithms_enabled()
+        torch.use_deterministic_algorithms(False)
+
+    def __exit__(self, *exc):
+        torch.use_deterministic_algorithms(self.was)
+        return False
+
+
+def _fails_on_device(meta: dict) -> bool:
+    """True when a probe ended "na" because the reference raised or ran out of memory while running it (not a
+    skip, not a reference whose get_inputs refused the variant: those do not depend on the device)."""
+    return meta["status"] == "na" and (meta.get("fault") == "memory" or meta["reason"].startswith(RAISED))
+
+
 def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]:
     torch.set_num_threads(1)
     torch.set_flush_denormal(False)
+    device = payload.get("device") or "cpu"
+    if device not in ("cpu", "cuda"):
+        return _fault("exception", f"reference device must be cpu or cuda, got {device!r}"), {}
+    if device == "cuda":
+        try:
+            enter_cuda_rules()
+        except CudaReferenceFault as exc:
+            return _fault("cuda", str(exc)), {}
     seed = int(payload["seed"])
     only = set(payload.get("only_gates") or [])
     out_arrays: dict[str, np.ndarray] = {}
@@ -308,11 +398,27 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
     states = {"float32": state64, "float16": _round_state(state64, "float16"),
               "bfloat16": _round_state(state64, "bfloat16")}
     # A reference may legitimately be float32-only for non-float state (e.g. int buffers): only floats are cast.
+    model_dev = model64
+    if device == "cuda":
+        try:
+            model_dev = copy.deepcopy(model64).to(device)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot move is computed on the CPU instead
+            return _fault("cuda", f"the reference model cannot move to CUDA: {type(exc).__name__}: {exc}"[:500]), {}
     metas = []
     for probe in plan:
         if only and probe.id != "rand0" and not (set(probe.gates) & only):
             continue
-        meta = _run_probe(ns, model64, states, probe, seed, out_arrays, budget)
+        meta = _run_probe(ns, model_dev, states, probe, seed, out_arrays, budget, device)
+        if device == "cuda" and _fails_on_device(meta):
+            # Whose limit is it? The CPU decides: the same probe, run as the CPU reference runs it, from what the
+            # CPU reference would have stored before it (nothing of this probe's).
+            for k in [k for k in out_arrays if k.startswith(f"p/{probe.id}/")]:
+                del out_arrays[k]
+            with _CpuRules():
+                on_cpu = _run_probe(ns, model64, states, probe, seed, out_arrays, budget, "cpu")
+            if on_cpu["status"] == "ok":
+                return _fault("cuda", f"probe {probe.id} fails on CUDA but runs on the CPU: {meta['reason']}"[:800]), {}
+            meta = on_cpu
         metas.append(meta)
         if probe.id != "rand0":
             continue
@@ -322,8 +428,11 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
             kind = meta.get("fault") or "exception"
             return _fault(kind, meta["reason"] if kind == "memory"
                           else f"reference cannot run its own inputs: {meta['reason']}"), {}
-        fault = _base_faults(ns, model64, states, probe, seed, out_arrays, meta, budget)
+        fault = _base_faults(ns, model_dev, states, probe, seed, out_arrays, meta, budget, device)
         if fault is not None:
+            if device == "cuda" and fault[0] == "nondeterministic":
+                # Deterministic algorithms were on: two different runs are CUDA's doing until the CPU says otherwise.
+                return _fault("cuda", f"on CUDA under deterministic algorithms: {fault[1]}"[:800]), {}
             return _fault(*fault), {}
     base = next((m for m in metas if m["id"] == "rand0"), None)
     ok = base is None or base["status"] == "ok"
@@ -335,6 +444,7 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
         "init": init_json,
         "param_shapes": param_shapes,
         "shape_globals": P.shape_globals(ns),
+        "reference_device": device,
     }
     return result, out_arrays
 
@@ -345,7 +455,7 @@ _RERUN_SEED_OFFSET = 0x5EED
 
 
 def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict, meta: dict,
-                 budget: _Budget) -> tuple[str, str] | None:
+                 budget: _Budget, device: str = "cpu") -> tuple[str, str] | None:
     """(kind, error) when the reference itself is unfit to grade with, judged on its base probe; else None.
 
     Two faults a candidate must never be charged for: floating outputs below float64 for float64 inputs
@@ -369,8 +479,7 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
                   for s in meta["inputs"]]
         model64.load_state_dict(states[probe.dtype])
         ref = Float64Reference(model64)
-        x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
-               (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+        x64 = reference_inputs(inputs, device)
         torch.manual_seed(seed + _RERUN_SEED_OFFSET)
         np.random.seed((seed + _RERUN_SEED_OFFSET) % (1 << 32))
         random.seed(seed + _RERUN_SEED_OFFSET)
@@ -402,8 +511,12 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
     return None
 
 
+# How a probe's reason starts when the reference raised while running it (lethe.verifier.reference._run_probe).
+RAISED = "reference raised: "
+
+
 def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
-               budget: _Budget | None = None) -> dict:
+               budget: _Budget | None = None, device: str = "cpu") -> dict:
     budget = budget or _Budget(None)
     pid = probe.id
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
@@ -449,8 +562,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
 
         model64.load_state_dict(states[probe.dtype])
         ref = Float64Reference(model64)
-        x64 = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else
-               (x.clone() if isinstance(x, torch.Tensor) else x) for x in inputs]
+        x64 = reference_inputs(inputs, device)
     except Exception as exc:  # noqa: BLE001 - only running out of memory is handled here
         if is_memory_error(exc):
             return out_of_memory(exc)
@@ -470,10 +582,12 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
             if not fouts:
                 meta.update(status="na", reason="reference output is not differentiable")
                 return meta
-            ups = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(torch.float64) for o in fouts]
+            # Drawn on the CPU from the probe's generator wherever the reference runs: the same upstream gradients.
+            ups_cpu = [torch.randn(o.shape, generator=gen, dtype=torch.float32).to(torch.float64) for o in fouts]
+            ups = ups_cpu if device == "cpu" else [u.to(device) for u in ups_cpu]
             model64.zero_grad(set_to_none=True)
             torch.autograd.backward(fouts, ups)
-            for k, u in enumerate(ups):
+            for k, u in enumerate(ups_cpu):
                 arrays[f"p/{pid}/up{k}"] = u.to(torch.float32).numpy().copy()
             gin_keys = []
             for j, x in enumerate(x64):
@@ -534,7 +648,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
     except Exception as exc:  # noqa: BLE001 - an input the reference cannot run is "na" for its gate
         if is_memory_error(exc):
             return out_of_memory(exc)
-        meta.update(status="na", reason=f"reference raised: {type(exc).__name__}: {exc}"[:500])
+        meta.update(status="na", reason=f"{RAISED}{type(exc).__name__}: {exc}"[:500])
         return meta
     if not outs:
         meta.update(status="na", reason="reference returned no tensor")

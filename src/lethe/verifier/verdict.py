@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-VERIFY_OUTPUT_SCHEMA = "lethe.verify-output/1"
+VERIFY_OUTPUT_SCHEMA = "lethe.verify-output/2"  # /2: reference_device, reference_fallback
 
 # Exit codes of `lethe verify` (and the batch command, for its worst row).
 EXIT_PASS = 0  # every applicable gate passed
@@ -166,6 +166,10 @@ class Verdict:
     tamper_proof: bool
     gates: dict[str, GateVerdict]
     row: dict = field(repr=False, compare=False)
+    # Where the float64 reference was computed ("cpu" | "cuda"; None for a row that does not record it) and, when
+    # a CUDA reference fell back to the CPU, why.
+    reference_device: str | None = None
+    reference_fallback: str | None = None
 
     @classmethod
     def from_row(cls, row: dict) -> Verdict:
@@ -178,10 +182,15 @@ class Verdict:
             except (TypeError, ValueError):
                 ev = {}
             gates[g] = GateVerdict(g, v["status"], v["reason"], int(v["seed"]), _checks(ev), ev)
+        try:
+            env = json.loads(row.get("environment") or "{}")
+        except (TypeError, ValueError):
+            env = {}
         return cls(id=row["id"], verdict=api.verdict(row), status=row["status"], profile=row["profile"],
                    device=row["device"], seed=int(row["seed"]), seconds=float(row["seconds"]), error=row["error"],
                    isolation=row.get("isolation", ""), tamper_proof=bool(row.get("tamper_proof", False)),
-                   gates=gates, row=row)
+                   gates=gates, row=row, reference_device=env.get("reference_device"),
+                   reference_fallback=env.get("reference_fallback"))
 
     @property
     def passed(self) -> bool:
@@ -227,6 +236,7 @@ class Verdict:
                 "verdict": self.verdict, "status": self.status, "exit_code": self.exit_code,
                 "profile": self.profile, "device": self.device, "seed": self.seed, "seconds": self.seconds,
                 "error": self.error, "isolation": self.isolation, "tamper_proof": self.tamper_proof,
+                "reference_device": self.reference_device, "reference_fallback": self.reference_fallback,
                 "weights_copied": bool(self.row.get("weights_copied")),
                 "output_aliasing": bool(self.row.get("output_aliasing")),
                 "failed_gates": self.failed_gates,
