@@ -71,6 +71,23 @@ def test_child_environment_is_deterministic_and_private(fast):
     assert again.result["hash_of_abc"] == r["hash_of_abc"]
 
 
+def test_user_lookups_work_under_a_uid_with_no_passwd_entry(fast):
+    """torch's cache-path helpers call getpass.getuser(); under a leased uid without a passwd entry it must not
+    raise (it did, on the H200, in every CUDA reference child)."""
+    import pwd
+
+    res = run_isolated("lethe.sandbox.testing:env_probe", **fast)
+    assert res.status == "ok", res.detail
+    assert not res.result["getuser"].startswith("error"), res.result["getuser"]
+    try:
+        pwd.getpwuid(res.result["uid"])
+        leased_without_entry = False
+    except KeyError:
+        leased_without_entry = True
+    if not leased_without_entry:
+        pytest.skip("the child's uid has a passwd entry here: getuser() would work without the environment")
+
+
 def test_caller_workdir_is_used_and_kept(tmp_path, fast):
     res = run_isolated("lethe.sandbox.testing:env_probe", workdir=tmp_path / "w", **fast)
     assert res.status == "ok", res.detail

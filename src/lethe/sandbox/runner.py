@@ -327,6 +327,11 @@ def _child_env(base: dict[str, str] | None, work: Path, device: str, omp_threads
             "TEMP": str(tmp),
             "TRITON_CACHE_DIR": str(home / ".triton"),
             "TORCH_EXTENSIONS_DIR": str(home / ".torch_extensions"),
+            "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor"),
+            # The leased uid has no passwd entry: getpass.getuser() (torch's cache paths call it) reads these
+            # first and would otherwise raise KeyError from pwd.getpwuid.
+            "USER": "lethe-sandbox",
+            "LOGNAME": "lethe-sandbox",
         }
     )
     if "PATH" not in env:

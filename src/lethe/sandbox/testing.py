@@ -62,7 +62,19 @@ def env_probe(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0],
         "rlimit_core": resource.getrlimit(resource.RLIMIT_CORE)[0],
         "hash_of_abc": hash("abc"),
+        "getuser": _getuser(),
+        "uid": os.getuid(),
     }, {}
+
+
+def _getuser() -> str:
+    """getpass.getuser() as torch's cache-path helpers call it, or the error it raises."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception as exc:  # noqa: BLE001 - reported, the test decides
+        return f"error: {type(exc).__name__}: {exc}"
 
 
 def chatter(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):

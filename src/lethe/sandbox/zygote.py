@@ -60,7 +60,7 @@ _STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MA
 WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes",)}
 # Per-run paths inside the private run directory (the zygote gets its own); read lazily, so the child's
 # environment can simply replace them.
-PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR")
+PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
 _PR_SET_PDEATHSIG = 1
 
 
@@ -447,7 +447,8 @@ class Zygote:
             d.mkdir(parents=True, exist_ok=True)
         zenv = dict(env)
         zenv.update({"HOME": str(home), "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp),
-                     "TRITON_CACHE_DIR": str(home / ".triton"), "TORCH_EXTENSIONS_DIR": str(home / ".ext")})
+                     "TRITON_CACHE_DIR": str(home / ".triton"), "TORCH_EXTENSIONS_DIR": str(home / ".ext"),
+                     "TORCHINDUCTOR_CACHE_DIR": str(home / ".inductor")})
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log_path = self.dir / "zygote.log"
         try:
