@@ -82,6 +82,10 @@ def measure_case(row: dict, gate: str, out_dir: Path, *, python: str, budget_s: 
         rec.update(status="not_written", exit_code=exc.code, reason=str(exc)[:300],
                    seconds=round(time.monotonic() - t0, 1))
         return rec
+    except Exception as exc:  # noqa: BLE001 - a harness failure on one case is recorded, the others still run
+        rec.update(status="error", exit_code=4, reason=f"{type(exc).__name__}: {exc}"[:300],
+                   seconds=round(time.monotonic() - t0, 1))
+        return rec
     tests = run_pytest(out_dir, python)
     rec.update(status="written", probe=info["probe"], device=info["device"], signature=info["signature"],
                original_elements=info["original_elements"], elements=info["elements"],

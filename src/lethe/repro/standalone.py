@@ -43,7 +43,7 @@ def write_tensors(path: str | Path, tensors: dict[str, torch.Tensor], metadata: 
     blobs, offset = [], 0
     for name in sorted(tensors):
         t = tensors[name].detach().cpu().contiguous()
-        raw = t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+        raw = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
         header[name] = {"dtype": _CODES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
         blobs.append(raw)
         offset += len(raw)
