@@ -454,6 +454,7 @@ def case_tensors(best: Trial, ctx: Context) -> tuple[dict[str, torch.Tensor], di
     spec = {"gate": ctx.gate, "probe": ctx.probe, "seed": ctx.seed, "device": ctx.device,
             "dtype": best.meta["dtype"], "action": best.meta["action"], "inputs": inputs, "init": init,
             "checks": checks, "n_out": len(best.meta["outputs"]), "interpret": ctx.interpret,
+            "raised": "error" in (best.cand_result.get("probe") or {}),
             "profile": ctx.profile.name}
     return tensors, spec
 
