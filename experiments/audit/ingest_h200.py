@@ -56,11 +56,13 @@ def _write_json(path: Path, doc) -> None:
     path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-def device_provenance(rows: list[dict], state: dict, run_commit: str, command: str, ingested: dict) -> dict:
+def device_provenance(rows: list[dict], state: dict, run_commit: str, command: str, ingested: dict,
+                      env: dict | None = None) -> dict:
     """The run's provenance as the device saw it: its libraries and GPU from the rows' ``environment`` (the
     verifier records them per row), the commit whose working tree the device ran, the steps' exit codes and
-    times; the ingesting machine is named apart."""
-    env = json.loads(rows[0]["environment"]) if rows else {}
+    times; the ingesting machine is named apart. Without rows, ``env`` (the same libraries/gpu blocks, e.g. from
+    the latency benchmark's own provenance) says what the device was."""
+    env = json.loads(rows[0]["environment"]) if rows else (env or {})
     lib = env.get("libraries", {})
     gpu = env.get("gpu", {})
     return {"schema": "lethe.provenance/1", "git_sha": run_commit, "host": "device machine (nvidia-h200)",
@@ -154,7 +156,7 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
         rows_a = [json.loads(x) for x in (audit / "rows.jsonl").read_text().splitlines()] \
             if (audit / "rows.jsonl").is_file() else []
         rec = device_provenance(rows_a, state, run_commit, "python -m lethe.audit.latency (step latency)",
-                                provenance.collect())
+                                provenance.collect(), env=doc.get("provenance"))
         rec["run_provenance"] = doc.get("provenance")
         _write_json(out_l / "provenance.json", rec)
         done["latency"] = True

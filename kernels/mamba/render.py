@@ -61,6 +61,11 @@ def bench_table(result_runs, published: Path, md: Path, tex: Path) -> None:
              "autograd from the forward's saved state); C5/C6 torch conv1d + SiLU + that scan + RMSNorm (no fused "
              "official block exists). B200 speedup: the authors' records (data/published/c1,c2,c5,c6_bench_b200"
              ".json), as published."]
+    for name, res, prov in result_runs or []:
+        if res.get("status") != "complete" and res.get("not_run"):
+            notes.append(f"Run {name} ({prov.get('gpu', 'GPU')}, commit {prov.get('git_sha', 'unknown')}) is "
+                         f"{res.get('status')}: {len(res['not_run'])} (op, shape, dtype) cells not run, "
+                         f"{sorted({c['why'] for c in res['not_run']})[0]}; dashes in its columns are cells not run.")
     if not ran:
         notes.append("No H200 result is committed yet (experiments/mamba/bench.py, rule mamba_bench): the H200 "
                      "columns are empty.")
