@@ -38,6 +38,9 @@ def parse(argv):
     ap.add_argument("--input-sets", type=int, default=2)
     ap.add_argument("--max-s", type=float, default=330.0)
     ap.add_argument("--published", default=str(ROOT / "data" / "published"))
+    ap.add_argument("--slow-sides", default="small", choices=("small", "all", "none"),
+                    help="the Python-loop torch paths: checked and timed at the small shapes only (default), "
+                         "everywhere, or nowhere; at model shapes one call takes up to seconds")
     ap.add_argument("--dry-run", action="store_true")
     return ap.parse_args(argv)
 
@@ -57,8 +60,13 @@ def run_cell(bench, torch, op, shape, model, dtype, args, official, device):
     cuda = device == "cuda"
     sets = [bench.make_inputs(op, shape, dtype, device, seed=s) for s in range(args.input_sets)]
     impls = bench.sides(op, official)
+    skipped_slow = [n for n, sd in impls.items() if sd.slow and (args.slow_sides == "none"
+                                                                  or (args.slow_sides == "small" and model and not args.dry_run))]
+    impls = {n: sd for n, sd in impls.items() if n not in skipped_slow}
     row = {"op": op, "name": bench.OPS[op]["name"], "direction": bench.OPS[op]["direction"], "shape": shape,
            "dtype": str(dtype).removeprefix("torch."), "model_shape": model, "impls": {}, "not_timed": {}}
+    for n in skipped_slow:
+        row["not_timed"][n] = f"slow side left out at this shape (--slow-sides {args.slow_sides})"
     if op in bench.NO_OFFICIAL:
         row["not_timed"]["official"] = bench.NO_OFFICIAL[op]
     elif bench.OFFICIAL[op] not in impls:
@@ -114,9 +122,10 @@ def main(argv=None) -> int:
         doc["elapsed_s"] = round(time.perf_counter() - t0, 1)
         (out / "bench.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
-    for dt_name in args.dtypes.split(","):
-        dtype = getattr(torch, dt_name)
-        for op, shape, model in cells:
+    # every dtype of a cell before the next cell, so a budget stop leaves whole shapes measured
+    for op, shape, model in cells:
+        for dt_name in args.dtypes.split(","):
+            dtype = getattr(torch, dt_name)
             if time.perf_counter() - t0 > args.max_s:
                 doc["not_run"].append({"op": op, "shape": shape, "dtype": dt_name, "why": "budget (--max-s)"})
                 continue

@@ -121,6 +121,13 @@ def test_dry_run_checks_then_times(tmp_path):
     assert (tmp_path / "provenance.json").exists()
 
 
+def test_slow_sides_can_be_left_out_and_say_so(tmp_path):
+    rc, doc = run_driver(tmp_path, "--ops", "C1", "--slow-sides", "none")
+    (row,) = doc["rows"]
+    assert "torch_path" not in row["impls"] and "slow side" in row["not_timed"]["torch_path"]
+    assert "ours_triton" in row["impls"]
+
+
 def test_budget_stops_cleanly_with_partial_status(tmp_path):
     rc, doc = run_driver(tmp_path, "--ops", "C1,C3", "--max-s", "0")
     assert doc["status"] == "partial" and doc["rows"] == []
