@@ -17,7 +17,7 @@ from pathlib import Path
 
 # Modules that contribute subcommands (each defines add_subcommand(subparsers)); import failures are reported
 # by `lethe --help` as unavailable rather than breaking the verifier's own commands.
-EXTRA_COMMANDS: list[str] = ["lethe.audit.batch", "lethe.repro.cli"]
+EXTRA_COMMANDS: list[str] = ["lethe.audit.batch", "lethe.repro.cli", "lethe.audit.portability"]
 
 
 def _fail(command: str, message: str) -> int:
