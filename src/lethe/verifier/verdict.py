@@ -244,12 +244,16 @@ class Verdict:
                 "gates": {g: v.to_json() for g, v in self.gates.items()}}
 
     def reward(self) -> dict[str, Any]:
-        """A compact signal for a reward loop: pass/fail per gate, margins, and the failing probes' causes.
-        (Docs: docs/verifier.md, "Python API".)"""
+        """A compact signal for a reward loop: pass/fail per gate, margins (err/tol), the failing probes in words
+        (``why``) and the failing gates grouped by root cause (``causes``, :func:`lethe.verifier.causes.root_causes`:
+        one fp16 accumulator is one cause, not seven failed gates). (Docs: docs/verifier.md, "Reward loops".)"""
+        from lethe.verifier.causes import root_causes
+
         return {"passed": self.passed, "status": self.status,
                 "gates": {g: v.status == "pass" for g, v in self.gates.items() if v.status != "na"},
                 "margins": {g: v.margin for g, v in self.gates.items() if v.margin is not None},
-                "why": {pid: {"gates": gs, "probe": describe_probe(pid)} for pid, gs in self.by_probe().items()}}
+                "why": {pid: {"gates": gs, "probe": describe_probe(pid)} for pid, gs in self.by_probe().items()},
+                "causes": root_causes(self)}
 
 
 def output_schema() -> dict:
