@@ -98,3 +98,11 @@ def test_the_documented_reward_loop_runs(local_sandbox):
     good, bad = scope["log"]
     assert good == {"score": 1.0, "causes": []}
     assert bad["score"] < 0 and bad["causes"][0][0] == "narrow_accumulator"
+
+
+def test_render_names_the_misses(tmp_path):
+    doc = C.measure_corpora({"rt": [_row({"CMP-03": {"shape_dim=7": 9.0}}, "exc01_c"),
+                                    _row({"PRC-02": {"acc_fp16": 40.0}}, "prc02_a")]})
+    C.render(doc, str(tmp_path / "t.md"), str(tmp_path / "t.tex"))
+    md = (tmp_path / "t.md").read_text()
+    assert "| rt | 2 | 2 | 2 | 2 | 1 of 2 | 1 of 2 | exc01_c |" in md

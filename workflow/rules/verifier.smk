@@ -46,3 +46,54 @@ rule verifier_tiers_table:
         "logs/verifier/tiers_table.log",
     script:
         "../scripts/verifier_tiers_render.py"
+
+
+# Root causes (lethe.verifier.causes): how the failing rows of the red team (CPU and H200) and the mixed run
+# collapse from failed gates into causes, and whether the first cause is the defect a red-team member was built with.
+CAUSE_ROWS = {"red team (CPU)": "results/red_team/rows.parquet", "red team (H200)": "results/red_team/h200/rows.parquet",
+              "mixed run (H200)": "results/audit/mixed/rows.parquet"}
+RENDER_TARGETS.extend(["paper/tables/verifier_causes.md", "paper/tables/verifier_causes.tex"])
+
+
+rule verifier_causes_table:
+    conda:
+        CONDA_ENV
+    input:
+        rows=list(CAUSE_ROWS.values()),
+    output:
+        json="results/verifier/causes.json",
+        md="paper/tables/verifier_causes.md",
+        tex="paper/tables/verifier_causes.tex",
+    params:
+        names=list(CAUSE_ROWS),
+    log:
+        "logs/verifier/causes_table.log",
+    script:
+        "../scripts/verifier_causes_render.py"
+
+
+# Portability (lethe.audit.portability): the same kernels across machines, AOT targets and launch configurations,
+# from the committed results listed in config portability.comparisons.
+from lethe.audit.portability import input_files as _portability_inputs
+
+RENDER_TARGETS.extend(["paper/tables/portability.md", "paper/tables/portability.tex",
+                       "paper/tables/portability_changes.md", "paper/tables/portability_changes.tex"])
+
+
+rule portability_table:
+    conda:
+        CONDA_ENV
+    input:
+        _portability_inputs(config["portability"]["comparisons"]),
+    output:
+        json="results/portability/report.json",
+        md="paper/tables/portability.md",
+        tex="paper/tables/portability.tex",
+        md_changes="paper/tables/portability_changes.md",
+        tex_changes="paper/tables/portability_changes.tex",
+    params:
+        comparisons=config["portability"]["comparisons"],
+    log:
+        "logs/portability/table.log",
+    script:
+        "../scripts/portability_render.py"

@@ -273,3 +273,138 @@ def _cli(a) -> int:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     return 0
+
+
+#: How each kind of committed result becomes settings (name -> observations); ``spec`` is one comparison of
+#: config ``portability.comparisons``.
+def _settings(spec: Mapping[str, Any], root: str) -> dict[str, list[dict[str, Any]]]:
+    import os
+
+    def path(p: str) -> str:
+        return os.path.join(root, p)
+
+    kind = spec["kind"]
+    if kind == "rows":
+        from lethe.verifier.records import read_rows
+
+        return {name: from_rows([r for r in read_rows(path(f)) if r["profile"] in spec.get("profiles", [r["profile"]])],
+                                key=spec.get("key", "id"))
+                for name, f in spec["settings"].items()}
+    if kind == "mamba_positive_control":
+        return {name: from_mamba_positive_control(json.loads(open(path(f)).read()))
+                for name, f in spec["settings"].items()}
+    if kind == "aot":
+        return from_aot({label: json.loads(open(path(f)).read()) for label, f in spec["files"].items()})
+    if kind == "launch_search":
+        return from_launch_search(json.loads(open(path(spec["file"])).read()))
+    raise ValueError(f"unknown comparison kind {kind!r}")
+
+
+def _inputs(spec: Mapping[str, Any]) -> list[str]:
+    return sorted(list(spec.get("settings", {}).values()) + list(spec.get("files", {}).values())
+                  + ([spec["file"]] if "file" in spec else []))
+
+
+def input_files(comparisons: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every committed file the report reads (for the render rule's inputs)."""
+    return sorted({f for spec in comparisons for f in _inputs(spec)})
+
+
+def build_report(comparisons: Iterable[Mapping[str, Any]], root: str = ".") -> dict[str, Any]:
+    """The portability report: one :func:`compare` per configured comparison, with the SHA-256 of every input
+    file (so the report says exactly what it was computed from; deterministic, no time or host)."""
+    import hashlib
+    import os
+
+    out = {"schema": "lethe.portability_report/1", "classes": CHANGE_CLASSES, "borderline": list(BORDERLINE),
+           "comparisons": []}
+    for spec in comparisons:
+        doc = compare(_settings(spec, root))
+        doc.update(name=spec["name"], what=spec.get("what", ""), note=spec.get("note", ""),
+                   inputs={f: hashlib.sha256(open(os.path.join(root, f), "rb").read()).hexdigest()
+                           for f in _inputs(spec)})
+        out["comparisons"].append(doc)
+    return out
+
+
+#: Characters of a recorded reason shown in the changes table (the report keeps it whole).
+REASON_CHARS = 110
+
+
+def _sides(settings: Mapping[str, Mapping[str, Any]]) -> str:
+    return "; ".join(f"{s}: {v['status']}" + (f" ({v['margin']:.3g})" if v.get("margin") is not None else "")
+                     for s, v in settings.items())
+
+
+def render(report: Mapping[str, Any], md: str, tex: str, md_changes: str, tex_changes: str) -> None:
+    """Two tables: per comparison, what was compared and how many gate verdicts change (by class), and what
+    could not be compared; then every changed gate with its verdict and err/tol in each setting."""
+    from lethe.render.tables import render_table
+
+    recs, changes = [], []
+    for c in report["comparisons"]:
+        s = c["summary"]
+        absent: dict[str, int] = {}
+        for m in c["missing"]:
+            for side in m["absent_from"]:
+                absent[side] = absent.get(side, 0) + 1
+        recs.append({"name": c["name"], "what": c["what"], "settings": len(c["settings"]), "pairs": s["pairs"],
+                     "verdicts": s["gate_verdicts"], "changed": s["changed"],
+                     "gates": ", ".join(f"{g} {n}" for g, n in s["by_gate"].items()) or "–",
+                     "classes": ", ".join(f"{k} {n}" for k, n in s["by_class"].items()) or "–",
+                     "absent": ", ".join(f"{n} not in {side}" for side, n in sorted(absent.items())) or "–",
+                     "verifier": f"{s['pairs_verifier_differs']} of {s['pairs']}" if s["pairs"] else "–"})
+        for p in c["pairs"]:
+            for ch in p["changed"]:
+                changes.append({"name": c["name"], "kernel": p["kernel"], "profile": p["profile"], "gate": ch["gate"],
+                                "sides": _sides(ch["settings"]), "class": ch["class"],
+                                "reason": "; ".join(f"{s}: {v['reason'][:REASON_CHARS]}"
+                                                    for s, v in ch["settings"].items()
+                                                    if v["status"] != "pass" and v["reason"]) or "–"})
+    notes = [f"{k}: {v}." for k, v in report["classes"].items()]
+    notes.append("verifier differs: pairs whose two rows were graded by different verifier code, probe plan or "
+                 "tolerance constants (row environment); a change there is not only the machine's doing.")
+    notes += [f"{c['name']}: {c['note']}" for c in report["comparisons"] if c.get("note")]
+    render_table(recs, [("name", "comparison"), ("what", "settings compared"), ("settings", "settings"),
+                        ("pairs", "kernel x profile"), ("verdicts", "gate verdicts"), ("changed", "changed"),
+                        ("gates", "changed by gate"), ("classes", "changed by class"),
+                        ("absent", "not compared"), ("verifier", "verifier differs")],
+                 "Does the verdict depend on the machine, the compile target or the launch configuration?",
+                 "tab:portability", md, tex, notes=notes)
+    render_table(changes, [("name", "comparison"), ("kernel", "kernel"), ("profile", "profile"), ("gate", "gate"),
+                           ("sides", "verdict (err/tol) per setting"), ("class", "class"),
+                           ("reason", "recorded reason where not pass")],
+                 "Every gate verdict that changes between settings", "tab:portability-changes",
+                 md_changes, tex_changes,
+                 notes=["err/tol: the gate's largest error over tolerance; > 1 is out of contract. Kernels matched by "
+                        "source hash are named <candidate sha256 prefix>:<reference sha256 prefix>."])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m lethe.audit.portability --config config/config.yaml --out results/portability/report.json``:
+    build the report from the committed results the config names, with provenance beside it."""
+    import argparse
+    import sys
+    from pathlib import Path
+
+    import yaml
+
+    from lethe import provenance
+
+    ap = argparse.ArgumentParser(prog="python -m lethe.audit.portability", description=main.__doc__)
+    ap.add_argument("--config", default="config/config.yaml")
+    ap.add_argument("--out", default="results/portability/report.json")
+    a = ap.parse_args(argv)
+    comparisons = yaml.safe_load(Path(a.config).read_text())["portability"]["comparisons"]
+    doc = build_report(comparisons)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    provenance.write(Path(a.out).with_name("provenance.json"),
+                     command="python -m lethe.audit.portability " + " ".join(sys.argv[1:] if argv is None else argv),
+                     device="cpu",
+                     inputs=input_files(comparisons))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
