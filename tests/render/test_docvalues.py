@@ -90,7 +90,8 @@ def test_readme_and_docs_figures_match_their_sources(repo):
 REFERENCE_DOCS = ("docs/native.md", "docs/gdn.md")
 MEASUREMENT_FREE_DOCS = ("README.md", "docs/CONVENTIONS.md", "docs/ARCHITECTURE.md",
                          "docs/kernelbench.md", "docs/rendering.md", "docs/foreign.md", "docs/red_team.md",
-                         "docs/fla640.md", "docs/audit.md", "docs/aot.md", "docs/sandbox.md", "docs/verifier.md")
+                         "docs/fla640.md", "docs/audit.md", "docs/aot.md", "docs/sandbox.md", "docs/verifier.md",
+                         "docs/portability.md")
 # A commit sha (7-40 hex digits with at least one digit and one letter), a device-call id, an "Nth build", or a
 # session date.
 DIARY = re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b|\bcalls? ?\d+\b|"
