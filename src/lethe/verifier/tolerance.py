@@ -339,5 +339,22 @@ def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Cons
     return c.REL_K * EPS[d] * m + c.K_COND * math.sqrt(max(n, 1)) * s + c.SUB_K * n * DENORM[d]
 
 
+def cond_floor(spread: np.ndarray, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """The conditioning floor under CMP-01/CMP-02 (module docstring, "Conditioning"): ``K_COND * sqrt(N) *
+    spread_i``, spread_i = max over the reference's perturbed draws of |f(data(1 + u d)) - f(data)|_i (u the
+    accumulator's unit roundoff, lethe.verifier.reference.conditioning_spread). A non-finite spread counts as 0."""
+    s = np.abs(np.asarray(spread, dtype=np.float64))
+    s = np.where(np.isfinite(s), s, 0.0)
+    return c.K_COND * math.sqrt(max(n, 1)) * s
+
+
+def with_cond_floor(t: np.ndarray, spread: np.ndarray | None, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """max(t, cond_floor(spread)) elementwise; ``t`` unchanged when no spread was measured (or it does not
+    match the output's shape: a floor never applies to elements it was not measured on)."""
+    if spread is None or np.shape(spread) != np.shape(t):
+        return t
+    return np.maximum(t, cond_floor(spread, n, c))
+
+
 def as_dict(c: Constants = DEFAULT) -> dict:
     return asdict(c)
