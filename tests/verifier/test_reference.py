@@ -394,3 +394,22 @@ def test_gradient_spread_is_stored_for_inputs_and_parameters():
     assert arrays["p/g/gcond0"].shape == tuple(x.shape)
     assert arrays["p/g/gcondpar/lin.weight"].shape == tuple(m64.lin.weight.shape)
     assert (arrays["p/g/gcond0"] > 0).any()
+
+
+class _MeanRelu(torch.nn.Module):
+    """relu of the mean of group-normalised values: exactly 0 before the relu (the L2/41 false fail)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gn = torch.nn.GroupNorm(4, 64)
+
+    def forward(self, x):
+        return torch.relu(self.gn(x).mean(dim=1, keepdim=True))
+
+
+def test_antithetic_pairs_reach_the_sloped_side_of_a_kink():
+    """Every element of relu(0) gets a non-zero spread: with single draws about 1 in 2^draws would not."""
+    torch.manual_seed(5)
+    arrays, meta, _ = _spread(_MeanRelu(), torch.randn(256, 64))
+    assert meta["draws"] == COND_DRAWS
+    assert (arrays["p/p0/cond0"] > 0).all()

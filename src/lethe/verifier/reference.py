@@ -511,9 +511,14 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
     return None
 
 
-# Perturbed re-runs per CMP-01/CMP-02 probe for the conditioning floor (tolerance.cond_floor): a few draws, each a
-# fresh set of independent signs; the per-element maximum over them is what the gates read.
-COND_DRAWS = 3
+# Perturbed re-runs per CMP-01/CMP-02 probe for the conditioning floor (tolerance.cond_floor): COND_PAIRS fresh
+# sets of independent signs d, each run as +d and as -d (an antithetic pair), so 2 * COND_PAIRS re-runs; the
+# per-element maximum over them is what the gates read. Why pairs: behind a one-sided operator (relu, clamp,
+# max) of a value that is exactly at the kink -- relu of the mean of group-normalised values, exactly 0 -- a
+# single draw moves the value to the flat side half of the time and shows no spread at all; with +d and -d one
+# of the two lands on the sloped side wherever the first-order change is non-zero.
+COND_PAIRS = 2
+COND_DRAWS = 2 * COND_PAIRS
 
 
 def cond_unit(dtype: str) -> float:
@@ -544,8 +549,8 @@ class _PerturbedRun:
     rounds an exact zero to itself, a non-zero only arises from non-zero operands, which are perturbed. The
     parameters are restored by the caller (load_state_dict) after the draws."""
 
-    def __init__(self, model64, u: float, gen: torch.Generator):
-        self.model, self.u, self.gen = model64, u, gen
+    def __init__(self, model64, u: float, gen: torch.Generator, sign: float = 1.0):
+        self.model, self.u, self.gen = model64, sign * u, gen
 
     def _perturb(self, t):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
@@ -579,7 +584,7 @@ def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> 
 def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: int, arrays: dict,
                         ups: list | None = None) -> dict:
     """Store, beside a probe's reference arrays, the per-element spread max_k |f(data_k) - f(data)| over
-    COND_DRAWS draws of :class:`_PerturbedRun`: ``p/<id>/cond<k>`` for floating output k of a forward probe;
+    COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe;
     for a backward probe (``ups`` given: the same upstream gradients) ``p/<id>/gcond<j>`` for input j's
     gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
     alone already does to the exact answer; tolerance.cond_floor turns it into a floor under CMP-01/CMP-02's
@@ -590,10 +595,14 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 3)
     acc: dict[str, np.ndarray] = {}
     try:
-        for _ in range(COND_DRAWS):
+        for i in range(COND_DRAWS):
+            if i % 2 == 0:
+                pair_start = gen.get_state()
+            else:  # the same signs again (the forward draws them in the same order), negated
+                gen.set_state(pair_start)
             model64.load_state_dict(state)
             ref = Float64Reference(model64)
-            run = _PerturbedRun(model64, u, gen)
+            run = _PerturbedRun(model64, u, gen, sign=1.0 if i % 2 == 0 else -1.0)
             if ups is None:
                 with torch.no_grad():
                     outs = flatten(run(ref, [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]))
