@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from lethe import provenance
@@ -30,18 +31,37 @@ def read_rows(path: str) -> dict[str, dict]:
     return rows
 
 
-def side(r: dict | None) -> dict | None:
+# The trusted runner's progress line: "[i/n] <id>: <status> ... (<wall> s, total <t> s)".
+PROGRESS = re.compile(r"^\[\d+/\d+\] (\S+): .*\((\d+) s, total \d+ s\)$")
+
+
+def read_walls(log: str | None) -> dict[str, float]:
+    """Wall seconds per kernel (reference + candidate + grading) from a trusted-runner log; {} without one."""
+    if not log:
+        return {}
+    walls = {}
+    for line in Path(log).read_text().splitlines():
+        m = PROGRESS.match(line.strip())
+        if m:
+            walls[m.group(1)] = float(m.group(2))
+    return walls
+
+
+def side(r: dict | None, wall: float | None = None) -> dict | None:
     if r is None:
         return None
     return {"status": r["status"], "error": (r.get("error") or "")[:300], "seconds": r.get("seconds"),
+            "wall_s": wall,
             "fails": sorted(g for g, v in r.get("gates", {}).items() if v["status"] in ("fail", "error")),
             "gates": {g: v["status"] for g, v in sorted(r.get("gates", {}).items())}}
 
 
-def compare(before: dict[str, dict], after: dict[str, dict]) -> list[dict]:
+def compare(before: dict[str, dict], after: dict[str, dict], walls_before: dict | None = None,
+            walls_after: dict | None = None) -> list[dict]:
     out = []
     for kid in sorted(set(before) | set(after)):
-        b, a = side(before.get(kid)), side(after.get(kid))
+        b = side(before.get(kid), (walls_before or {}).get(kid))
+        a = side(after.get(kid), (walls_after or {}).get(kid))
         changed = {}
         if a and b:
             for g in sorted(set(a["gates"]) | set(b["gates"])):
@@ -56,11 +76,13 @@ def main(argv=None) -> int:
     ap.add_argument("--name", required=True)
     ap.add_argument("--before", required=True)
     ap.add_argument("--after", required=True)
+    ap.add_argument("--before-log", default=None)
+    ap.add_argument("--after-log", default=None)
     ap.add_argument("--out", required=True)
     ap.add_argument("--base-commit", required=True)
     ap.add_argument("--command", default="")
     a = ap.parse_args(argv)
-    rows = compare(read_rows(a.before), read_rows(a.after))
+    rows = compare(read_rows(a.before), read_rows(a.after), read_walls(a.before_log), read_walls(a.after_log))
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.name}.json").write_text(json.dumps(rows, indent=1, sort_keys=True) + "\n")
