@@ -176,3 +176,15 @@ def test_a_late_second_call_waits_for_the_running_verification():
     first.join(5)
     second.join(5)
     assert calls.verify == 1
+
+
+def test_only_items_restricts_items_and_members_and_refuses_unknown_ids():
+    import pytest
+
+    from lethe.trusted.run import only_items
+
+    corpus = {"items": [{"id": "L1/a"}, {"id": "L2/b"}], "members": [{"id": "L1/a"}, {"id": "L2/b"}, {"id": "L3/c"}]}
+    sub = only_items(corpus, ["L2/b"])
+    assert [i["id"] for i in sub["items"]] == ["L2/b"] and [m["id"] for m in sub["members"]] == ["L2/b"]
+    with pytest.raises(ValueError):
+        only_items(corpus, ["L2/typo"])

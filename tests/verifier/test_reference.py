@@ -287,3 +287,129 @@ def test_cache_keys_name_the_reference_device():
 
     assert refcache.key("src", 0, None, False, "cpu") != refcache.key("src", 0, None, False, "cuda")
     assert refcache.key("src", 0, None, False) == refcache.key("src", 0, None, False, "cpu")
+
+
+# ---- the conditioning spread (reference.conditioning_spread) -------------------------------------------------
+
+from lethe.verifier import tolerance as _T  # noqa: E402
+from lethe.verifier.reference import COND_DRAWS, cond_unit, conditioning_spread  # noqa: E402
+
+
+class _ConvNorm(torch.nn.Module):
+    """conv -> batch norm: on a zero input the conv returns its bias exactly, and the norm of that constant is
+    beta exactly; fp32 leaves the rounding of the mean of the bias copies divided by sqrt(var + eps)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+class _LinTanh(torch.nn.Module):
+    """A gemm of large inputs cancelling into tanh's unsaturated range (the CMP-01 `large` false fails)."""
+
+    def __init__(self, k=256):
+        super().__init__()
+        self.lin = torch.nn.Linear(k, 64)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x) * 1e-6)
+
+
+def _spread(model, x, pid="p0", backward=False):
+    torch.manual_seed(0)
+    m64 = copy.deepcopy(model).double()
+    state = {k: v.clone() for k, v in m64.state_dict().items()}
+    probe = P.Probe(pid, "rand", ("CMP-01",))
+    x64 = [x.double()]
+    with torch.no_grad():
+        out = m64(*x64)
+    arrays = {f"p/{pid}/ref0": out.numpy().copy()}
+    meta = conditioning_spread(m64, state, x64, probe, 7, arrays)
+    after = m64.state_dict()
+    assert all(torch.equal(after[k], state[k]) for k in state)  # the model is left as it was
+    return arrays, meta, out
+
+
+def test_spread_is_deterministic_and_stored_per_output():
+    torch.manual_seed(1)
+    model, x = _ConvNorm(), torch.randn(2, 3, 6, 6)
+    a1, meta, _ = _spread(model, x)
+    a2, _, _ = _spread(model, x)
+    assert meta["draws"] == COND_DRAWS and meta["u"] == cond_unit("float32") == 2.0**-24
+    assert a1["p/p0/cond0"].shape == a1["p/p0/ref0"].shape
+    assert a1["p/p0/cond0"].tobytes() == a2["p/p0/cond0"].tobytes()
+
+
+def test_norm_of_a_constant_gets_a_floor_covering_fp32():
+    """Zero input through conv + batch norm: exact answer beta, value_tol's scale is |beta|, yet fp32 torch
+    misses it by the rounded mean of the bias over sqrt(eps). The measured floor covers fp32 torch's error."""
+    torch.manual_seed(2)
+    model = _ConvNorm()
+    with torch.no_grad():
+        model.bn.bias.zero_()  # exact answer 0: S = 0, value_tol is only the underflow slack
+    x = torch.zeros(4, 3, 9, 9)
+    arrays, _, ref = _spread(model, x)
+    with torch.no_grad():
+        got = model(x).double()
+    err = (got - ref).abs().numpy()
+    n = _T.reduction_length([tuple(x.shape)], [tuple(ref.shape)])
+    vt = _T.value_tol(ref.numpy(), "float32", n)
+    assert (err > vt).any()  # the false fail this floor exists for
+    t = _T.with_cond_floor(vt, arrays["p/p0/cond0"], n)
+    assert (err <= t).all()
+
+
+def test_ill_conditioned_gemm_floor_covers_fp32_and_not_bf16():
+    """Large inputs cancelling through a gemm into tanh: fp32 torch within the floor; the same gemm with a
+    bfloat16 accumulator far outside it (the floor must not license a narrower accumulator)."""
+    torch.manual_seed(3)
+    model, x = _LinTanh(), 1e6 * torch.randn(32, 256)
+    arrays, _, ref = _spread(model, x)
+    n = _T.reduction_length([tuple(x.shape)], [tuple(ref.shape)])
+    t = _T.with_cond_floor(_T.value_tol(ref.numpy(), "float32", n), arrays["p/p0/cond0"], n)
+    with torch.no_grad():
+        fp32 = model(x).double()
+        lin = model.lin
+        bf16 = torch.tanh((x.bfloat16() @ lin.weight.bfloat16().t() + lin.bias.bfloat16()).double() * 1e-6)
+    assert ((fp32 - ref).abs().numpy() <= t).all()
+    assert ((bf16 - ref).abs().numpy() > t).mean() > 0.5
+
+
+def test_gradient_spread_is_stored_for_inputs_and_parameters():
+    torch.manual_seed(4)
+    model = _LinTanh(k=32)
+    m64 = copy.deepcopy(model).double()
+    state = {k: v.clone() for k, v in m64.state_dict().items()}
+    x = (1e6 * torch.randn(8, 32)).double().requires_grad_(True)
+    out = m64(x)
+    up = torch.randn(out.shape, dtype=torch.float64)
+    out.backward(up)
+    arrays = {"p/g/gin0": x.grad.numpy().copy(), "p/g/gpar/lin.weight": m64.lin.weight.grad.numpy().copy()}
+    conditioning_spread(m64, state, [x.detach()], P.Probe("g", "rand", ("CMP-02",), action="backward"), 7,
+                        arrays, ups=[up])
+    assert arrays["p/g/gcond0"].shape == tuple(x.shape)
+    assert arrays["p/g/gcondpar/lin.weight"].shape == tuple(m64.lin.weight.shape)
+    assert (arrays["p/g/gcond0"] > 0).any()
+
+
+class _MeanRelu(torch.nn.Module):
+    """relu of the mean of group-normalised values: exactly 0 before the relu (the L2/41 false fail)."""
+
+    def __init__(self):
+        super().__init__()
+        self.gn = torch.nn.GroupNorm(4, 64)
+
+    def forward(self, x):
+        return torch.relu(self.gn(x).mean(dim=1, keepdim=True))
+
+
+def test_antithetic_pairs_reach_the_sloped_side_of_a_kink():
+    """Every element of relu(0) gets a non-zero spread: with single draws about 1 in 2^draws would not."""
+    torch.manual_seed(5)
+    arrays, meta, _ = _spread(_MeanRelu(), torch.randn(256, 64))
+    assert meta["draws"] == COND_DRAWS
+    assert (arrays["p/p0/cond0"] > 0).all()

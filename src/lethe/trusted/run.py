@@ -313,6 +313,17 @@ def _reason_counts(ms: list[Mapping[str, Any]]) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+def only_items(corpus: Mapping[str, Any], ids: list[str]) -> dict[str, Any]:
+    """The corpus restricted to the items (and members) named in ``ids``; raises ValueError for an id that is
+    not an item (a typo must not silently measure nothing)."""
+    want = {i.strip() for i in ids if i.strip()}
+    have = {it["id"] for it in corpus["items"]}
+    if want - have:
+        raise ValueError(f"not items of the corpus: {sorted(want - have)}")
+    return {**corpus, "items": [it for it in corpus["items"] if it["id"] in want],
+            "members": [m for m in corpus["members"] if m.get("id") in want]}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kb-root", default=str(C.DEFAULT_KB_ROOT),
@@ -330,6 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory-mb", type=int, default=4096, help="memory limit of the candidate")
     ap.add_argument("--stop-after-s", type=float, default=None, help="overall wall budget for this call")
     ap.add_argument("--stop-at", default=None, help="UTC HH:MM after which no new kernel starts")
+    ap.add_argument("--only", default=None,
+                    help="comma-separated item ids (e.g. L2/17_Conv2d_InstanceNorm_Divide): verify only these, "
+                         "for a measurement on a subset; the outputs then cover only them")
     ap.add_argument("--retry-timeouts", action="store_true",
                     help="redo kernels whose checkpointed row is a timeout (e.g. after a loaded run)")
     a = ap.parse_args(argv)
@@ -346,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     if not cache.exists():
         cache = REPO_ROOT / "results" / "trusted" / "corpus.json"
     corpus = C.build(a.kb_root, levels=[int(x) for x in a.levels.split(",")], budget=budget, census_cache=cache)
+    if a.only:
+        corpus = only_items(corpus, a.only.split(","))
     n_ex = sum(1 for m in corpus["members"] if m["excluded"])
     print(f"corpus: {len(corpus['members'])} members, {n_ex} excluded by the static budget, "
           f"{len(corpus['items'])} to verify", file=sys.stderr, flush=True)

@@ -324,9 +324,11 @@ def _fold(gate: str, per_probe: dict[str, dict], b: Bundle, empty_reason: str) -
 
 
 def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray, str, int], np.ndarray],
-                 alt_prefix: str | None = None, tol_key: tuple | None = None) -> dict:
+                 alt_prefix: str | None = None, tol_key: tuple | None = None, cond: bool = False) -> dict:
     """Grade every output of one probe with ``tol_fn(ref, dtype, N)``. ``tol_key`` names the tolerance
-    function (gates that grade a probe with the same one share its comparison); by default the gate does."""
+    function (gates that grade a probe with the same one share its comparison); by default the gate does.
+    ``cond``: raise the tolerance to the reference's conditioning floor where one was measured
+    (tolerance.with_cond_floor on ``p/<id>/cond<k>``)."""
     st = _probe_status(b, meta, gate)
     if st is not None:
         return {"status": st[0], "reason": st[1]}
@@ -346,6 +348,8 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
             alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
             t = tol_fn(r, meta["dtype"], meta["N"]) if np.issubdtype(r.dtype, np.floating) else 0.0
+            if cond and np.issubdtype(r.dtype, np.floating):
+                t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
             b.memo[key] = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
         summaries.append(b.memo[key])
     ok = all(s["ok"] for s in summaries)
@@ -367,7 +371,8 @@ def _vt(b: Bundle, rel_k: float | None = None):
     return lambda r, d, n: tol.value_tol(r, d, n, b.constants, rel_k=rel_k)
 
 
-VT = ("value_tol",)  # tol_key of _vt(b): CMP-01, CMP-03, PRC-01/02, EXC-01/02 share their comparisons
+VT = ("value_tol",)  # tol_key of _vt(b): CMP-03, PRC-01/02, EXC-01/02 share their comparisons
+VT_COND = ("value_tol", "cond")  # CMP-01: value_tol raised to the conditioning floor
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -383,7 +388,7 @@ def cmp_01(b: Bundle) -> GateResult:
     per = {}
     for m in b.probes("CMP-01"):
         alt = "ftz" if (m["kind"] == "subnormal" and b.profile.allow_ftz) else None
-        per[m["id"]] = _value_probe(b, m, "CMP-01", _vt(b), alt_prefix=alt, tol_key=VT)
+        per[m["id"]] = _value_probe(b, m, "CMP-01", _vt(b), alt_prefix=alt, tol_key=VT_COND, cond=True)
     return _fold("CMP-01", per, b, "no value probe was gradable")
 
 
@@ -419,7 +424,8 @@ def cmp_02(b: Bundle) -> GateResult:
             n = tol.reduction_length(n_all, [r.shape])
             key = b.compare_key(f"p/{pid}/gin{j}", "grad_tol", m["dtype"], n)
             if key not in b.memo:
-                t = tol.grad_tol(r, m["dtype"], n, b.constants)
+                t = tol.with_cond_floor(tol.grad_tol(r, m["dtype"], n, b.constants),
+                                        b.ref_arrays.get(f"p/{pid}/gcond{j}"), n, b.constants)
                 b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
             s = b.memo[key]
             checks[f"input{j}"] = s
@@ -436,7 +442,8 @@ def cmp_02(b: Bundle) -> GateResult:
                 n = tol.reduction_length(n_all, [r.shape])
                 key = b.compare_key(f"p/{pid}/gpar/{name}", "grad_tol", m["dtype"], n)
                 if key not in b.memo:
-                    t = tol.grad_tol(r, m["dtype"], n, b.constants)
+                    t = tol.with_cond_floor(tol.grad_tol(r, m["dtype"], n, b.constants),
+                                            b.ref_arrays.get(f"p/{pid}/gcondpar/{name}"), n, b.constants)
                     b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
                 s = b.memo[key]
                 checks[f"param:{name}"] = s

@@ -511,6 +511,128 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
     return None
 
 
+# Perturbed re-runs per CMP-01/CMP-02 probe for the conditioning floor (tolerance.cond_floor): COND_PAIRS fresh
+# sets of independent signs d, each run as +d and as -d (an antithetic pair), so 2 * COND_PAIRS re-runs; the
+# per-element maximum over them is what the gates read. Why pairs: behind a one-sided operator (relu, clamp,
+# max) of a value that is exactly at the kink -- relu of the mean of group-normalised values, exactly 0 -- a
+# single draw moves the value to the flat side half of the time and shows no spread at all; with +d and -d one
+# of the two lands on the sloped side wherever the first-order change is non-zero.
+COND_PAIRS = 2
+COND_DRAWS = 2 * COND_PAIRS
+
+
+def cond_unit(dtype: str) -> float:
+    """u of the conditioning perturbation for a probe of ``dtype``: the unit roundoff of the accumulator the
+    contract requires (tolerance.acc_eps / 2; 2^-24 for fp32/fp16/bf16 data, 2^-53 for fp64). Not the data
+    dtype's: half-precision inputs and weights are exact in their dtype, and what rounds inside an honest kernel
+    is the fp32 accumulator; a half-precision-wide perturbation would license a half-precision accumulator."""
+    return tol.acc_eps(dtype) / 2.0
+
+
+def _signs(shape, gen: torch.Generator, device) -> torch.Tensor:
+    """+-1 per element from ``gen`` (drawn on the CPU, so the same wherever the reference runs)."""
+    d = torch.where(torch.rand(tuple(shape), generator=gen) < 0.5, -1.0, 1.0).to(torch.float64)
+    return d if str(device) == "cpu" else d.to(device)
+
+
+class _PerturbedRun:
+    """One draw of the backward-error model: every floating input, parameter and buffer of the model and every
+    floating output of each leaf submodule is multiplied by (1 + u * d), d = +-1 per element from ``gen``.
+
+    Why all three. A backward-stable fp32 implementation returns the exact answer to a problem whose data are
+    perturbed by ~u relative: the inputs and weights (each product of a convolution or gemm is rounded once), and
+    -- for a chain of operators -- every intermediate it stores (a convolution's output rounded before a batch
+    norm reads it). The last is what makes a norm of a constant non-zero: conv(0) = bias exactly, but the fp32
+    mean of the N copies of the bias is not the bias, and the norm divides that rounding by sqrt(var + eps) ~
+    sqrt(eps); perturbing the bias itself cannot show it (the norm removes a per-channel constant), perturbing
+    the stored conv output elementwise does. An exact zero needs no absolute perturbation: IEEE arithmetic
+    rounds an exact zero to itself, a non-zero only arises from non-zero operands, which are perturbed. The
+    parameters are restored by the caller (load_state_dict) after the draws."""
+
+    def __init__(self, model64, u: float, gen: torch.Generator, sign: float = 1.0):
+        self.model, self.u, self.gen = model64, sign * u, gen
+
+    def _perturb(self, t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point():
+            return t * (1.0 + self.u * _signs(t.shape, self.gen, t.device))
+        if isinstance(t, (tuple, list)):
+            return type(t)(self._perturb(x) for x in t)
+        return t
+
+    def __call__(self, ref: Float64Reference, x64: list):
+        with torch.no_grad():
+            for t in list(self.model.parameters()) + list(self.model.buffers()):
+                if t.is_floating_point():
+                    t.mul_(1.0 + self.u * _signs(t.shape, self.gen, t.device))
+        hooks = [m.register_forward_hook(lambda mod, inp, out: self._perturb(out))
+                 for m in self.model.modules() if m is not self.model and not any(True for _ in m.children())]
+        try:
+            return ref(*[self._perturb(x) for x in x64])
+        finally:
+            for h in hooks:
+                h.remove()
+
+
+def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> None:
+    """acc[key] = max(acc[key], |new - base|) elementwise; a non-finite difference counts as 0 (a floor must
+    never come from an overflow of the perturbed problem)."""
+    d = np.abs(to_np(new).astype(np.float64) - np.asarray(base, dtype=np.float64))
+    d = np.asarray(np.where(np.isfinite(d), d, 0.0), dtype=np.float64)  # an ndarray even for a 0-d output
+    acc[key] = d if key not in acc else np.asarray(np.maximum(acc[key], d), dtype=np.float64)
+
+
+def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: int, arrays: dict,
+                        ups: list | None = None) -> dict:
+    """Store, beside a probe's reference arrays, the per-element spread max_k |f(data_k) - f(data)| over
+    COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe;
+    for a backward probe (``ups`` given: the same upstream gradients) ``p/<id>/gcond<j>`` for input j's
+    gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
+    alone already does to the exact answer; tolerance.cond_floor turns it into a floor under CMP-01/CMP-02's
+    tolerance. Float64, seeded from the probe's own seed (deterministic), before any candidate exists. Returns
+    the meta entry (draws, u). The model's state is reloaded from ``state`` afterwards."""
+    pid = probe.id
+    u = cond_unit(probe.dtype)
+    gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 3)
+    acc: dict[str, np.ndarray] = {}
+    try:
+        for i in range(COND_DRAWS):
+            if i % 2 == 0:
+                pair_start = gen.get_state()
+            else:  # the same signs again (the forward draws them in the same order), negated
+                gen.set_state(pair_start)
+            model64.load_state_dict(state)
+            ref = Float64Reference(model64)
+            run = _PerturbedRun(model64, u, gen, sign=1.0 if i % 2 == 0 else -1.0)
+            if ups is None:
+                with torch.no_grad():
+                    outs = flatten(run(ref, [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]))
+                for k, o in enumerate(outs):
+                    base = arrays.get(f"p/{pid}/ref{k}")
+                    if o.is_floating_point() and base is not None and base.shape == tuple(o.shape):
+                        _spread_update(acc, f"p/{pid}/cond{k}", base, o.detach())
+                continue
+            xs = [x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                  else x for x in x64]
+            fouts = [o for o in flatten(run(ref, xs)) if o.is_floating_point() and o.requires_grad]
+            if len(fouts) != len(ups) or any(o.shape != g.shape for o, g in zip(fouts, ups, strict=False)):
+                return {"draws": 0, "u": u, "reason": "perturbed outputs differ in number or shape"}
+            model64.zero_grad(set_to_none=True)
+            torch.autograd.backward(fouts, ups)
+            for j, x in enumerate(xs):
+                base = arrays.get(f"p/{pid}/gin{j}")
+                if base is not None and isinstance(x, torch.Tensor) and x.grad is not None:
+                    _spread_update(acc, f"p/{pid}/gcond{j}", base, x.grad)
+            for name, prm in model64.named_parameters():
+                base = arrays.get(f"p/{pid}/gpar/{name}")
+                if base is not None and prm.grad is not None:
+                    _spread_update(acc, f"p/{pid}/gcondpar/{name}", base, prm.grad)
+    finally:
+        model64.zero_grad(set_to_none=True)
+        model64.load_state_dict(state)
+    arrays.update(acc)
+    return {"draws": COND_DRAWS, "u": u}
+
+
 # How a probe's reason starts when the reference raised while running it (lethe.verifier.reference._run_probe).
 RAISED = "reference raised: "
 
@@ -608,6 +730,14 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
                 detached = [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]
                 meta["fd"] = _fd_check(ref, detached, ups, torch.from_numpy(arrays[f"p/{pid}/gin{j0}"]), j0, gen)
             outs = [o.detach() for o in outs]
+            if "CMP-02" in probe.gates:
+                budget.enter(f"measuring the gradients' conditioning on probe {pid}")
+                try:
+                    meta["cond"] = conditioning_spread(model64, states[probe.dtype], x64, probe, seed, arrays, ups)
+                except Exception as exc:  # noqa: BLE001 - without a spread the gate grades with grad_tol alone
+                    if is_memory_error(exc):
+                        raise
+                    meta["cond"] = {"draws": 0, "reason": f"{RAISED}{type(exc).__name__}: {exc}"[:300]}
         else:
             before = [x.clone() if isinstance(x, torch.Tensor) else None for x in x64]
             with torch.no_grad():
@@ -659,6 +789,15 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         arrays[f"p/{pid}/ref{k}"] = to_np(o)
         ometa.append({"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
     meta["outputs"] = ometa
+    if probe.action != "backward" and "CMP-01" in probe.gates:
+        budget.enter(f"measuring the outputs' conditioning on probe {pid}")
+        try:
+            unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]
+            meta["cond"] = conditioning_spread(model64, states[probe.dtype], unmutated, probe, seed, arrays)
+        except Exception as exc:  # noqa: BLE001 - without a spread the gate grades with value_tol alone
+            if is_memory_error(exc):
+                return out_of_memory(exc)
+            meta["cond"] = {"draws": 0, "reason": f"{RAISED}{type(exc).__name__}: {exc}"[:300]}
     in_shapes = [tuple(s["shape"]) for s in specs if s["t"] == "tensor"]
     meta["N"] = tol.reduction_length(in_shapes or [()], [tuple(o["shape"]) for o in ometa])
     return meta

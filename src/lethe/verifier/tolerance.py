@@ -46,6 +46,31 @@ a few elementwise steps deeper than its forward). A gradient wrong by a relative
 fails for N up to ~1e3 on the elements where ``|r_i| >~ S``, and wrong terms (a dropped product-rule term, a
 normaliser treated as a constant) are O(1) relative.
 
+Conditioning (CMP-01 and CMP-02, :func:`cond_floor`). Every term above scales with the output (|r_i| + S) and
+so assumes the operator is well conditioned. When it is not, an honest fp32 result is off by more: a large
+convolution or gemm that cancels into the unsaturated range of tanh/clamp/softmax carries the accumulator's
+rounding of sum|terms|, far above |r_i|; a batch/instance/group norm of a constant (exact result beta, or 0)
+carries the rounding of the mean divided by sqrt(var + eps); the mean of group-normalised values (exactly 0)
+carries the rounding of the normalised values. None of that is visible in the output. Backward error analysis
+states what is: a backward-stable fp32 implementation returns f exactly at data perturbed by ~u relative per
+element (u = eps_acc / 2, the accumulator's unit roundoff). The reference therefore measures, per CMP-01/CMP-02
+probe and in float64, spread_i = max over COND_DRAWS draws of |f(data * (1 + u d)) - f(data)|_i, d = +-1 per
+element, where "data" is every floating input, parameter and buffer and every stored intermediate (each leaf
+module's output) -- lethe.verifier.reference.conditioning_spread -- and the tolerance becomes
+``max(value_tol, K_COND * sqrt(N) * spread_i)`` (``grad_tol`` for gradients, the spread then of the float64
+backward under the same upstream gradient). Why K_COND * sqrt(N): one draw perturbs each datum once, by u; the
+implementation's rounding perturbs each term of a reduction of length N by up to N roundings (serial order),
+~sqrt(N) of them in the random-walk model this module uses throughout, so the same sqrt(N) * K_COND margin as
+the ORD-03 offset bound (:func:`ord03_offset_bound`, the same construction on one probe) applies; the
+per-element maximum over a few random-sign draws also sits below the worst-case alignment of signs, which the
+K_COND = ORD_K = 4 factor absorbs. The floor cannot hide a real defect on a well-conditioned output: there
+spread_i ~ u * |r_i| and the floor, 4 * sqrt(N) * u * |r_i|, is half of value_tol's own reduction term
+(ORD_K * eps_acc * sqrt(N) * (|r_i| + S) = 8 * u * sqrt(N) * (|r_i| + S)); it only rises where the reference
+itself says the problem amplifies rounding. It comes from a measurement, never a constant: a narrower
+accumulator (bf16, fp16) errs by 2^16 or 2^13 times u per rounding: a bf16 gemm on the ill-conditioned
+gemm-into-tanh test stays outside the floor on most elements (tests/verifier/test_reference.py). Only CMP-01 and CMP-02 read it: ORD-01, ORD-03, PRC-01/02 and EXC-01/02
+test one property each on probes built for it, and keep their own bounds.
+
 The constants are the calibration engineer's knobs (``lethe.calibration`` sweeps them); every gate reads them
 from here and records the values it used in its evidence.
 """
@@ -337,6 +362,23 @@ def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Cons
     s = np.where(np.isfinite(s), s, 0.0)
     m = r + output_scale(ref)
     return c.REL_K * EPS[d] * m + c.K_COND * math.sqrt(max(n, 1)) * s + c.SUB_K * n * DENORM[d]
+
+
+def cond_floor(spread: np.ndarray, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """The conditioning floor under CMP-01/CMP-02 (module docstring, "Conditioning"): ``K_COND * sqrt(N) *
+    spread_i``, spread_i = max over the reference's perturbed draws of |f(data(1 + u d)) - f(data)|_i (u the
+    accumulator's unit roundoff, lethe.verifier.reference.conditioning_spread). A non-finite spread counts as 0."""
+    s = np.abs(np.asarray(spread, dtype=np.float64))
+    s = np.where(np.isfinite(s), s, 0.0)
+    return c.K_COND * math.sqrt(max(n, 1)) * s
+
+
+def with_cond_floor(t: np.ndarray, spread: np.ndarray | None, n: int, c: Constants = DEFAULT) -> np.ndarray:
+    """max(t, cond_floor(spread)) elementwise; ``t`` unchanged when no spread was measured (or it does not
+    match the output's shape: a floor never applies to elements it was not measured on)."""
+    if spread is None or np.shape(spread) != np.shape(t):
+        return t
+    return np.maximum(t, cond_floor(spread, n, c))
 
 
 def as_dict(c: Constants = DEFAULT) -> dict:
