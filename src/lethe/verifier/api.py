@@ -342,7 +342,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     ps = (cres.result or {}).get("probe_seconds") or {}
     phase["candidate_probes_s"] = round(sum(ps.values()), 3)
     phase["slowest_probes"] = sorted(ps.items(), key=lambda kv: -kv[1])[:3]
-    phase["candidate_load_s"] = round((cres.result or {}).get("load_seconds", 0.0) or 0.0, 3)
+    for key in ("load", "to_device", "resources", "body"):
+        phase[f"candidate_{key}_s"] = round((cres.result or {}).get(f"{key}_seconds", 0.0) or 0.0, 3)
     phase["extensions"] = (cres.result or {}).get("extensions")
     phase["candidate_stderr_tail"] = (getattr(cres, "stderr_tail", "") or "")[-400:]
     if cres.status == "timeout":

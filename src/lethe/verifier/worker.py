@@ -90,7 +90,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     device = payload.get("device", "cpu")
     seed = int(payload["seed"])
     out: dict[str, np.ndarray] = {}
-    t0 = time.perf_counter()
+    t_entry = time.perf_counter()
 
     def init_inputs() -> list:
         return [torch.from_numpy(np.array(arrays[s["key"]])).to(TDT.get(s["dtype"], torch.float32))
@@ -122,10 +122,13 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     if sd and {k: v[0] for k, v in mine.items()} == {k: v[0] for k, v in ref_shapes.items()}:
         model.load_state_dict({k: torch.from_numpy(np.array(arrays[f"sd/{k}"])) for k in sd})
         weights_copied = True
+    t_dev = time.perf_counter()
     try:
         model.to(device)
+        _sync(device)  # the first CUDA call creates the context: counted here, not in the first probe
     except BaseException as exc:  # noqa: BLE001
         return {"stage": "load", "compile_seconds": compile_s, **_err(exc)}, {}
+    to_device_s = time.perf_counter() - t_dev
     state0 = copy.deepcopy(model.state_dict())
 
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
@@ -157,7 +160,9 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
             results[pid] = _err(exc)
         probe_seconds[pid] = round(time.perf_counter() - tp, 4)
 
+    t_res = time.perf_counter()
     resources = _resources(ns) if device == "cuda" else []
+    resources_s = time.perf_counter() - t_res
     declared = ns.get("LETHE_DTYPES", getattr(ns["ModelNew"], "LETHE_DTYPES", None))
     return {
         "stage": "ok",
@@ -166,6 +171,10 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         "compile_seconds": compile_s,
         "load_seconds": load_s,
         "probe_seconds": probe_seconds,
+        # diagnostics for the latency benchmark (lethe.audit.latency's phase split); no gate reads them
+        "to_device_seconds": round(to_device_s, 4),
+        "resources_seconds": round(resources_s, 4),
+        "body_seconds": round(time.perf_counter() - t_entry, 4),
         "probes": results,
         "resources": resources,
         "interpret": interpret,
