@@ -28,6 +28,22 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
+
+def _one_row(cmd: str, rows_path: str, row_id: str, profile: str | None):
+    """The one verdict row ``row_id`` (of ``profile`` when given) in a rows file, or the exit code of a usage
+    error: none with that id, or several different rows under it (ids are unique by default; an older file may
+    repeat one)."""
+    from lethe.verifier import records
+
+    rows = [r for r in records.read_rows(rows_path) if r["id"] == row_id
+            and (profile is None or r["profile"] == profile)]
+    if not rows:
+        return _fail(cmd, f"no row with id {row_id!r} in {rows_path}")
+    if len({(r["profile"], r["seed"], r["sources"]) for r in rows}) > 1:
+        return _fail(cmd, f"{len(rows)} different rows have id {row_id!r} in {rows_path}; "
+                          f"name one with --profile or give the rows unique ids")
+    return rows[0]
+
 def _read(command: str, label: str, path: str):
     """The decoded source at ``path`` (as Python decodes it), or the exit code of a one-line error."""
     from lethe.verifier.reference import read_source
@@ -143,7 +159,7 @@ def default_id(cand_path: str, cand_src: str) -> str:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from lethe.verifier import api, records
+    from lethe.verifier import api
     from lethe.verifier.report import escape
 
     if not Path(args.rows).is_file():
@@ -153,13 +169,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
             got = _read("replay", label, path)
             if isinstance(got, int):
                 return got
-    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id
-            and (args.profile is None or r["profile"] == args.profile)]
-    if not rows:
-        return _fail("replay", f"no row with id {args.id!r} in {args.rows}")
-    if len({(r["profile"], r["seed"], r["sources"]) for r in rows}) > 1:
-        return _fail("replay", f"{len(rows)} different rows have id {args.id!r} in {args.rows}; "
-                               f"name one with --profile or give the rows unique ids")
+    row = _one_row("replay", args.rows, args.id, args.profile)
+    if isinstance(row, int):
+        return row
+    rows = [row]
     try:
         res = api.replay(rows[0], args.gate, ref_path=args.ref, cand_path=args.cand)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:

@@ -37,20 +37,16 @@ def add_subcommand(sub) -> None:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from lethe.cli import _fail
+    from lethe.cli import _fail, _one_row
     from lethe.repro.core import ReproError, make_repro
-    from lethe.verifier import records
     from lethe.verifier.report import escape
 
     if not Path(args.rows).is_file():
         return _fail("repro", f"rows file not found: {args.rows}")
-    rows = [r for r in records.read_rows(args.rows) if r["id"] == args.id
-            and (args.profile is None or r["profile"] == args.profile)]
-    if not rows:
-        return _fail("repro", f"no row with id {args.id!r} in {args.rows}")
-    if len({(r["profile"], r["seed"], r["sources"]) for r in rows}) > 1:
-        return _fail("repro", f"{len(rows)} different rows have id {args.id!r} in {args.rows}; name one with "
-                              f"--profile")
+    row = _one_row("repro", args.rows, args.id, args.profile)
+    if isinstance(row, int):
+        return row
+    rows = [row]
     command = "lethe repro " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["repro"] else ""
     try:
         info = make_repro(rows[0], args.gate.upper(), args.out, ref_path=args.ref, cand_path=args.cand,

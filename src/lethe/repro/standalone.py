@@ -2,7 +2,9 @@
 
 ``lethe repro`` copies this file verbatim into the directory it writes (as ``repro_harness.py``), so the
 generated ``test_repro.py`` runs on a machine where only torch and pytest are installed. Lethe itself imports
-the same module to write the tensor file, so the writer and the reader are one piece of code.
+the same module to write the tensor file, so the writer and the reader are one piece of code. Because it must
+run without Lethe, it imports nothing from it: the few helpers that restate verifier code (the dtype codes, the
+element rule, the tensor-to-bytes conversion) are restated here on purpose, and the tests check they agree.
 
 Tensor file: the safetensors layout (an 8-byte little-endian header length, a JSON header naming each
 tensor's dtype, shape and byte range, then the raw little-endian bytes), written and read here with torch
@@ -151,6 +153,35 @@ def load_module(path: str | Path, name: str):
     return mod
 
 
+
+def _forward_backward(model, xs: list, action: str, differentiable, upstream, *, with_params: bool):
+    """One forward (``action`` "forward", no autograd) or a forward and a backward from the stored upstream
+    gradients: the outputs, and what the checks compare keyed as in ``spec["checks"]`` (``ref<k>`` outputs,
+    ``gin<j>`` input gradients, ``gpar/<name>`` parameter gradients when ``with_params``). The candidate and the
+    reference side differ only in which outputs are differentiated and in the upstream gradients' dtype."""
+    got: dict[str, torch.Tensor] = {}
+    if action == "backward":
+        for x in xs:
+            if isinstance(x, torch.Tensor) and x.is_floating_point():
+                x.requires_grad_(True)
+        outs = flatten(model(*xs))
+        fouts = [o for o in outs if differentiable(o)]
+        model.zero_grad(set_to_none=True)
+        torch.autograd.backward(fouts, upstream(fouts))
+        for j, x in enumerate(xs):
+            if isinstance(x, torch.Tensor) and x.requires_grad:
+                got[f"gin{j}"] = x.grad if x.grad is not None else torch.zeros_like(x)
+        if with_params:
+            for name, prm in model.named_parameters():
+                if prm.grad is not None:
+                    got[f"gpar/{name}"] = prm.grad
+    else:
+        with torch.no_grad():
+            outs = flatten(model(*xs))
+    for k, o in enumerate(outs):
+        got[f"ref{k}"] = o.detach()
+    return outs, got
+
 class Case:
     """One failing probe as stored in the tensor file: its description (``case`` metadata) and tensors."""
 
@@ -186,28 +217,10 @@ class Case:
         if self.dtype != "float32":
             model.to(DTYPES[self.dtype])
         xs = [x.to(self.device) if isinstance(x, torch.Tensor) else x for x in self.inputs()]
-        got: dict[str, torch.Tensor] = {}
-        if self.spec["action"] == "backward":
-            for x in xs:
-                if isinstance(x, torch.Tensor) and x.is_floating_point():
-                    x.requires_grad_(True)
-            outs = flatten(model(*xs))
-            fouts = [o for o in outs if o.is_floating_point()]
-            ups = [self.tensors[f"up/{k}"].to(o.dtype).to(o.device) for k, o in enumerate(fouts)]
-            model.zero_grad(set_to_none=True)
-            torch.autograd.backward(fouts, ups)
-            for j, x in enumerate(xs):
-                if isinstance(x, torch.Tensor) and x.requires_grad:
-                    got[f"gin{j}"] = x.grad if x.grad is not None else torch.zeros_like(x)
-            if copied:
-                for name, prm in model.named_parameters():
-                    if prm.grad is not None:
-                        got[f"gpar/{name}"] = prm.grad
-        else:
-            with torch.no_grad():
-                outs = flatten(model(*xs))
-        for k, o in enumerate(outs):
-            got[f"ref{k}"] = o.detach()
+        outs, got = _forward_backward(
+            model, xs, self.spec["action"], lambda o: o.is_floating_point(),
+            lambda fouts: [self.tensors[f"up/{k}"].to(o.dtype).to(o.device) for k, o in enumerate(fouts)],
+            with_params=copied)
         got["n_out"] = torch.tensor(len(outs))
         return got
 
@@ -225,26 +238,10 @@ class Case:
                                for k, v in state.items()})
         xs = [x.to(torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
               for x in self.inputs()]
-        got: dict[str, torch.Tensor] = {}
-        if self.spec["action"] == "backward":
-            for x in xs:
-                if isinstance(x, torch.Tensor) and x.is_floating_point():
-                    x.requires_grad_(True)
-            outs = flatten(model(*xs))
-            fouts = [o for o in outs if o.is_floating_point() and o.requires_grad]
-            ups = [self.tensors[f"up/{k}"].to(torch.float64) for k in range(len(fouts))]
-            torch.autograd.backward(fouts, ups)
-            for j, x in enumerate(xs):
-                if isinstance(x, torch.Tensor) and x.requires_grad:
-                    got[f"gin{j}"] = x.grad if x.grad is not None else torch.zeros_like(x)
-            for name, prm in model.named_parameters():
-                if prm.grad is not None:
-                    got[f"gpar/{name}"] = prm.grad
-        else:
-            with torch.no_grad():
-                outs = flatten(model(*xs))
-        for k, o in enumerate(outs):
-            got[f"ref{k}"] = o.detach()
+        _, got = _forward_backward(
+            model, xs, self.spec["action"], lambda o: o.is_floating_point() and o.requires_grad,
+            lambda fouts: [self.tensors[f"up/{k}"].to(torch.float64) for k in range(len(fouts))],
+            with_params=True)
         return got
 
     def check(self, got: dict[str, torch.Tensor]) -> list[tuple[str, dict]]:
