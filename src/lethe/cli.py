@@ -28,7 +28,6 @@ def _fail(command: str, message: str) -> int:
     return 2
 
 
-
 def _one_row(cmd: str, rows_path: str, row_id: str, profile: str | None):
     """The one verdict row ``row_id`` (of ``profile`` when given) in a rows file, or the exit code of a usage
     error: none with that id, or several different rows under it (ids are unique by default; an older file may
@@ -43,6 +42,7 @@ def _one_row(cmd: str, rows_path: str, row_id: str, profile: str | None):
         return _fail(cmd, f"{len(rows)} different rows have id {row_id!r} in {rows_path}; "
                           f"name one with --profile or give the rows unique ids")
     return rows[0]
+
 
 def _read(command: str, label: str, path: str):
     """The decoded source at ``path`` (as Python decodes it), or the exit code of a one-line error."""
@@ -172,9 +172,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
     row = _one_row("replay", args.rows, args.id, args.profile)
     if isinstance(row, int):
         return row
-    rows = [row]
     try:
-        res = api.replay(rows[0], args.gate, ref_path=args.ref, cand_path=args.cand)
+        res = api.replay(row, args.gate, ref_path=args.ref, cand_path=args.cand)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError) as exc:
         return _fail("replay", f"{type(exc).__name__}: {exc}")
     if args.json:

@@ -46,10 +46,9 @@ def cmd_repro(args: argparse.Namespace) -> int:
     row = _one_row("repro", args.rows, args.id, args.profile)
     if isinstance(row, int):
         return row
-    rows = [row]
     command = "lethe repro " + " ".join(shlex.quote(a) for a in sys.argv[2:]) if sys.argv[1:2] == ["repro"] else ""
     try:
-        info = make_repro(rows[0], args.gate.upper(), args.out, ref_path=args.ref, cand_path=args.cand,
+        info = make_repro(row, args.gate.upper(), args.out, ref_path=args.ref, cand_path=args.cand,
                           shrink_input=not args.no_shrink, budget_s=args.budget_s, device=args.device,
                           command=command or f"lethe repro {args.rows} {args.id} {args.gate} --out {args.out}")
     except ReproError as exc:

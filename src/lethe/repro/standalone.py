@@ -153,7 +153,6 @@ def load_module(path: str | Path, name: str):
     return mod
 
 
-
 def _forward_backward(model, xs: list, action: str, differentiable, upstream, *, with_params: bool):
     """One forward (``action`` "forward", no autograd) or a forward and a backward from the stored upstream
     gradients: the outputs, and what the checks compare keyed as in ``spec["checks"]`` (``ref<k>`` outputs,
@@ -181,6 +180,7 @@ def _forward_backward(model, xs: list, action: str, differentiable, upstream, *,
     for k, o in enumerate(outs):
         got[f"ref{k}"] = o.detach()
     return outs, got
+
 
 class Case:
     """One failing probe as stored in the tensor file: its description (``case`` metadata) and tensors."""

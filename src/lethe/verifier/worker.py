@@ -124,8 +124,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         weights_copied = True
     t_dev = time.perf_counter()
     try:
-        model.to(device)
-        _sync(device)  # the first CUDA call creates the context: counted here, not in the first probe
+        model.to(device)  # with parameters on CUDA, this is where the context is created
     except BaseException as exc:  # noqa: BLE001
         return {"stage": "load", "compile_seconds": compile_s, **_err(exc)}, {}
     to_device_s = time.perf_counter() - t_dev
