@@ -14,6 +14,21 @@ def test_roofline_and_quantile():
     xs = [5.0, 1.0, 3.0, 2.0, 4.0]
     assert timing.quantile(xs, 0.5) == 3.0 and timing.quantile(xs, 0.0) == 1.0 and timing.quantile(xs, 1.0) == 5.0
     assert timing.quantile(xs, 0.1) == pytest.approx(1.4)  # numpy's linear interpolation
+    assert roofline.memory_ms(4e12, 4.0) == pytest.approx(1000.0)
+    assert roofline.memory_ms(4e9, 4.0) == roofline.roofline_ms(0, 4e9, 1.0, 4.0)
+
+
+def test_fp32_ceilings_on_the_cpu_restore_tf32():
+    import torch
+
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        c = roofline.measure_fp32_ceilings("cpu", copy_elems=1 << 10, m=16)
+        assert set(c) == {"copy_GBps", "fp32_matmul_TFLOPs"} and c["copy_GBps"] > 0 and c["fp32_matmul_TFLOPs"] > 0
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
 
 
 
@@ -107,3 +122,5 @@ def test_time_ms_runs_warmup_then_the_timed_calls():
     assert got == [(0, 0), (1, -1)]
     s = timing.summary_ms([3.0, 1.0, 2.0])
     assert s == {"median_ms": 2.0, "spread_ms": [1.0, 3.0]}
+    assert timing.summary_ms([1 / 3, 1.0]) == {"median_ms": 0.6667, "spread_ms": [0.3333, 1.0]}
+    assert timing.summary_ms([1 / 3, 1.0], digits=None) == {"median_ms": (1 / 3 + 1.0) / 2, "spread_ms": [1 / 3, 1.0]}

@@ -21,6 +21,39 @@ def roofline_ms(flops: float, nbytes: float, tflops: float, tbps: float) -> floa
     return max(flops / (tflops * 1e12), nbytes / (tbps * 1e12)) * 1e3
 
 
+def memory_ms(nbytes: float, tbps: float) -> float:
+    """The memory time alone in ms (moving ``nbytes`` at ``tbps`` TB/s): the floor of a kernel whose compute
+    ceiling was not measured."""
+    return nbytes / (tbps * 1e12) * 1e3
+
+
+def measure_fp32_ceilings(device: str = "cuda", copy_elems: int = 1 << 28, m: int = 8192) -> dict:
+    """Copy bandwidth (GB/s, ``copy_elems`` float32 each way, counted as read + write; median of 10 timings) and
+    the true float32 matmul rate (TFLOP/s, m^3, TF32 off; median of 5) on ``device``, 2 warm-up calls each, from
+    the one runner (:func:`lethe.perf.timing.time_ms`): the ceilings of the float32 native kernels' floors
+    (:mod:`lethe.kernels.gdn.native.bench`). On ``"cpu"`` the runner's wall clock stands in (a dry run's
+    plumbing, no numbers). TF32 is off while the matmul is timed and restored after."""
+    import torch
+
+    cuda = device != "cpu"
+
+    def median(fn, reps):
+        return statistics.median(time_ms(lambda i: fn(), reps, cuda=cuda, warmup=2))
+
+    x = torch.randn(copy_elems, device=device)
+    y = torch.empty_like(x)
+    bw = 2 * copy_elems * 4 / (median(lambda: y.copy_(x), 10) * 1e-3)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        a = torch.randn(m, m, device=device)
+        b = torch.randn(m, m, device=device)
+        mm = median(lambda: a @ b, 5)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    return {"copy_GBps": bw / 1e9, "fp32_matmul_TFLOPs": 2 * m**3 / (mm * 1e-3) / 1e12}
+
+
 def measure_ceilings(n: int = 8192, copy_bytes: int = 2**31, reps: int = 10, warmup: int = 3) -> dict:
     """bf16 and TF32 dense matmul rates and device-to-device copy bandwidth on the current CUDA device, each the
     median of ``reps`` timings of the one runner (:func:`lethe.perf.timing.time_ms`). Needs CUDA."""

@@ -95,7 +95,9 @@ def time_ms(fn: Callable[[int], Any], iterations: int, *, cuda: bool, warmup: in
     return time_stages([fn], iterations, cuda=cuda, warmup=warmup, setup=setup).total
 
 
-def summary_ms(xs: Sequence[float], digits: int = 4) -> dict:
-    """Median and [min, max] of a list of timings, rounded for a result row."""
-    return {"median_ms": round(statistics.median(xs), digits), "spread_ms": [round(min(xs), digits),
-                                                                           round(max(xs), digits)]}
+def summary_ms(xs: Sequence[float], digits: int | None = 4) -> dict:
+    """Median and [min, max] of a list of timings, rounded to ``digits`` for a result row (None: unrounded)."""
+    med, lo, hi = statistics.median(xs), min(xs), max(xs)
+    if digits is None:
+        return {"median_ms": med, "spread_ms": [lo, hi]}
+    return {"median_ms": round(med, digits), "spread_ms": [round(lo, digits), round(hi, digits)]}
