@@ -11,7 +11,10 @@
 * :mod:`.api` -- host wrappers (torch tensors in, torch tensors out) and the compile cache, K1 and K2;
 * :mod:`.aot` -- ahead-of-time compilation on a CPU with fake tensors and inspection of the PTX / cubin;
 * :mod:`.backend` -- the objects the family's autograd chooser calls for ``backend="native"``, ``"hybrid"`` and
-  ``"hybrid-tc"``.
+  ``"hybrid-tc"``;
+* :mod:`.bench`, :mod:`.bench_wgmma`, :mod:`.bench_stages` -- the H200 benchmark of K1 and K2 (its SIMT and
+  tensor-core stages, their order and guarded loop; driver experiments/native/bench.py);
+* :mod:`.kernel_profile` -- a backward's kernel-level profile (driver experiments/native/kernel_profile.py).
 
 Importing this package does not import the CuTe DSL; the submodules that need it do, so a machine without
 ``nvidia-cutlass-dsl`` can still import :mod:`lethe.kernels.gdn` and skip the native path cleanly.

@@ -194,7 +194,8 @@ def aot_table(result: dict) -> tuple[str, str]:
     return _both(header, rows, cap)
 
 
-# Kernel families of experiments/native/kernel_profile.py, in column order; short headers for the table.
+# Kernel families of lethe.kernels.gdn.native.kernel_profile (FAMILY_LABELS), in column order; short headers
+# for the table.
 PROFILE_FAMILIES = [("Triton", "Triton ms"), ("CuTe DSL (native K1/K2)", "CuTe DSL ms"),
                     ("matmul (cuBLAS)", "cuBLAS ms"), ("torch copy / index / fill", "torch copy ms"),
                     ("torch elementwise", "torch elementwise ms"), ("torch reduction / scan", "torch reduction ms"),
