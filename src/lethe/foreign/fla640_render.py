@@ -42,7 +42,7 @@ SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "f
 # Explicit mantissa bits: "finer than the compute dtype" is a statement about these, not about byte width
 # (fp16 and bf16 are both two bytes, but fp16 resolves 8x finer).
 MANTISSA = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
-EXPOSED_K, CONTROL_K = 64, 128
+EXPOSED_K, CONTROL_K = F.EXPOSED_K, F.CONTROL_K
 _PAIR_ID = re.compile(r"^fla640/(?P<op>\w+)/K(?P<K>\d+)/(?P<cd>\w+)(?:/T(?P<T>\d+))?$")
 
 
@@ -65,10 +65,8 @@ def ratio_text(r: float) -> str:
 
 
 def label(rel: float | None, th: Mapping[str, float]) -> str:
-    """run.py's label of one error, from the thresholds the run recorded."""
-    if rel is None:
-        return "n/a"
-    return "ok" if rel <= th["ok_rel"] else ("wrong" if rel >= th["wrong_rel"] else "suspect")
+    """run.py's label of one error, from the thresholds the run recorded (:func:`lethe.foreign.fla640.label`)."""
+    return F.label(rel, th)
 
 
 def _rel(cell: Mapping[str, Any], name: str) -> float | None:
@@ -76,21 +74,9 @@ def _rel(cell: Mapping[str, Any], name: str) -> float | None:
 
 
 def comparisons(cells: Sequence[Mapping[str, Any]], th: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Exposed vs control per (op, dtype, T) and tensor, within one call's cells (same code, same seeds)."""
-    by = {(c["op"], c["dtype"], c["T"], c["K"]): c for c in cells if "errors" in c.get("bypassed", {})}
-    out = []
-    for (op, dt, T, K), c in sorted(by.items()):
-        ctl = by.get((op, dt, T, CONTROL_K))
-        if K != EXPOSED_K or ctl is None:
-            continue
-        for name in TENSORS:
-            e, ce = _rel(c, name), _rel(ctl, name)
-            if e is None or ce is None:
-                continue
-            r = e / max(ce, 1e-30)
-            out.append({"op": op, "dtype": dt, "T": T, "tensor": name, "exposed_rel": e, "control_rel": ce,
-                        "ratio": r, "signature": bool(e >= th["wrong_rel"] and r >= th["control_factor"])})
-    return out
+    """Exposed vs control per (op, dtype, T) and tensor, within one call's cells (same code, same seeds), in
+    :data:`TENSORS` order (:func:`lethe.foreign.fla640.comparisons`)."""
+    return F.comparisons(cells, th, TENSORS)
 
 
 def _launched_bk(cell: Mapping[str, Any]) -> str:
