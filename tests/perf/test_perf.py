@@ -107,3 +107,10 @@ def test_time_ms_runs_warmup_then_the_timed_calls():
     assert got == [(0, 0), (1, -1)]
     s = timing.summary_ms([3.0, 1.0, 2.0])
     assert s == {"median_ms": 2.0, "spread_ms": [1.0, 3.0]}
+
+
+def test_warm_runs_untimed_calls_and_wall_s_times_one_call():
+    seen = []
+    assert timing.warm(seen.append, 3, cuda=False) is None
+    assert seen == [0, 1, 2]
+    assert timing.wall_s(lambda: time.sleep(0.01), cuda=False) >= 0.01
