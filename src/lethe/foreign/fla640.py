@@ -45,6 +45,7 @@ import contextlib
 import inspect
 import json
 import os
+import re
 import textwrap
 import time
 import traceback
@@ -452,7 +453,21 @@ class Pair:
 
 
 def pair_id(op: str, K: int, compute_dtype: str | None, T: int = 64) -> str:
+    """The id of the pair (op, K, compute dtype, T): ``fla640/OP/K<K>/<dtype|native>[/T<T>]`` (T=64 unnamed)."""
     return f"fla640/{op}/K{K}/{compute_dtype or 'native'}" + ("" if T == 64 else f"/T{T}")
+
+
+_PAIR_ID = re.compile(r"^fla640/(?P<op>\w+)/K(?P<K>\d+)/(?P<cd>\w+)(?:/T(?P<T>\d+))?$")
+
+
+def parse_pair(pair_id_: str) -> Pair:
+    """The generator's Pair for a pair id written by :func:`pair_id`."""
+    m = _PAIR_ID.match(pair_id_)
+    if not m:
+        raise ValueError(f"not an fla640 pair id: {pair_id_!r}")
+    cd = None if m["cd"] == "native" else m["cd"]
+    T = int(m["T"]) if m["T"] else 64
+    return Pair(pair_id_, m["op"], int(m["K"]), cd, T=T)
 
 
 def pairs(quick: bool = False) -> list[Pair]:
