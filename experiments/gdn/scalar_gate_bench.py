@@ -18,8 +18,8 @@ Per cell (member sgdn = KDA with a per-head g; bf16; d_k 128; H 2; B*H*T = 2^20 
     FLA_DISABLE_BACKEND_DISPATCH=1 LETHE_GIT_SHA=<sha> python3 experiments/gdn/scalar_gate_bench.py --out $OUT/sg
 
 Output: ``scalar_gate_bench.json`` (meta, one row per cell and implementation, the kernel breakdown, the variants)
-and ``provenance.json``. fla must be importable (the wheel unpacked on PYTHONPATH) for the fla rows; without it
-they are recorded as skipped with the import error.
+and ``provenance.json``. The steps are lethe.kernels.gdn.scalar_gate_bench's. fla must be importable (the wheel
+unpacked on PYTHONPATH) for the fla rows; without it they are recorded as skipped with the import error.
 """
 
 from __future__ import annotations
@@ -31,167 +31,11 @@ import time
 from pathlib import Path
 
 import torch
-from lethe.kernels.gdn.bench import bench_inputs, bypass, fla_fn, ours_fn
-from lethe.kernels.gdn.inputs import rel_err
 
-from lethe.perf.timing import summary_ms, time_ms
+from lethe.kernels.gdn import scalar_gate_bench as SG
 
 ROOT = Path(__file__).resolve().parents[2]
-
-SCHEMA = "lethe.gdn.scalar_gate_bench/1"
-PIN = 5e-3
-
-
-def impl_fn(impl: str):
-    if impl == "fla":
-        return fla_fn("sgdn"), True
-    if impl == "ours":
-        return ours_fn("sgdn", "triton", 64), False
-    if impl == "general":
-        return ours_fn("sgdn", "triton", 64, gate_form="general"), False
-    if impl == "general-tc":
-        return ours_fn("sgdn", "hybrid-tc", 64, gate_form="general"), False
-    raise ValueError(impl)
-
-
-def run_grads(fn, guarded, leaves, do, scale):
-    with bypass(guarded):
-        o = fn(leaves, scale)
-        grads = torch.autograd.grad(o, list(leaves.values()), do)
-    return {"o": o.detach(), **{f"d{n}": g for n, g in zip(leaves, grads, strict=True)}}
-
-
-def correctness(impls, V, T, args, log) -> list[dict]:
-    """First head of the first sequence against float64 (heads and sequences are independent)."""
-    B = max(1, args.check_head_tokens // (args.H * T))
-    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
-    scale = args.K ** -0.5
-    sl = lambda t: t[0:1, :, 0:1]  # noqa: E731
-    x64 = {n: sl(t.detach()).double().requires_grad_() for n, t in leaves.items()}
-    ref = run_grads(ours_fn("sgdn", "torch", 64), False, x64, sl(do).double(), scale)
-    rows = []
-    for impl in impls:
-        fn, guarded = impl_fn(impl)
-        got = run_grads(fn, guarded, leaves, do, scale)
-        errs = {n: rel_err(sl(got[n]), ref[n]) for n in ref}
-        row = {"impl": impl, "V": V, "T": T, "B": B, "H": args.H, "errors_vs_float64": {n: float(f"{e:.4g}") for n, e in errs.items()},
-               "worst": max(errs.values()), "worst_tensor": max(errs, key=errs.get),
-               "finite": all(bool(torch.isfinite(x).all()) for x in got.values())}
-        row["within_pin"] = row["finite"] and row["worst"] <= PIN
-        if impl == "ours":
-            again = run_grads(fn, guarded, leaves, do, scale)
-            row["bitwise_repeat"] = all(torch.equal(got[n], again[n]) for n in got)
-        rows.append(row)
-        log(f"check {impl:<8} V={V} T={T}: worst {row['worst']:.3e} ({row['worst_tensor']}) finite={row['finite']}"
-            + (f" repeat-bitwise={row['bitwise_repeat']}" if "bitwise_repeat" in row else ""))
-    return rows
-
-
-def time_impl(impl, V, T, args) -> dict:
-    B = args.head_tokens // (args.H * T)
-    fn, guarded = impl_fn(impl)
-    sets = [bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed + i, "cuda")
-            for i in range(args.sets)]
-    scale = args.K ** -0.5
-
-    def fwd(i):
-        with bypass(guarded):
-            return fn(sets[i][0], scale)
-
-    def bwd(o, i):
-        with bypass(guarded):
-            return torch.autograd.grad(o, list(sets[i][0].values()), sets[i][1])
-
-    t0 = time.perf_counter()
-    bwd(fwd(0), 0)
-    torch.cuda.synchronize()
-    first = time.perf_counter() - t0
-    for i in range(args.warmup):
-        bwd(fwd(i % args.sets), i % args.sets)
-    torch.cuda.synchronize()
-
-    def timed(region):
-        # bwd: the forward is each iteration's untimed setup; fwd runs under no_grad
-        n = args.reps * args.sets
-        if region == "bwd":
-            walls = time_ms(lambda rep, o: bwd(o, rep % args.sets), n, cuda=True,
-                            setup=lambda rep: fwd(rep % args.sets))
-        elif region == "fwd":
-            def fwd_only(rep):
-                with torch.no_grad():
-                    fwd(rep % args.sets)
-
-            walls = time_ms(fwd_only, n, cuda=True)
-        else:
-            walls = time_ms(lambda rep: bwd(fwd(rep % args.sets), rep % args.sets), n, cuda=True)
-        t = summary_ms(walls)
-        return t["median_ms"], t["spread_ms"]
-
-    row = {"impl": impl, "V": V, "T": T, "B": B, "H": args.H, "K": args.K, "head_tokens": B * args.H * T,
-           "first_call_s": round(first, 2), "input_sets": args.sets, "rounds": args.reps * args.sets}
-    for region in ("fwd", "bwd", "fwd_bwd"):
-        row[f"{region}_ms"], row[f"{region}_spread_ms"] = timed(region)
-    return row
-
-
-def kernel_breakdown(V, T, args) -> dict:
-    """The scalar path's device kernels by name, forward and backward, summed over one call each."""
-    from torch.profiler import ProfilerActivity, profile
-
-    B = args.head_tokens // (args.H * T)
-    fn, _ = impl_fn("ours")
-    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
-    scale = args.K ** -0.5
-    o = fn(leaves, scale)
-    torch.autograd.grad(o, list(leaves.values()), do)
-    torch.cuda.synchronize()
-    out = {}
-    for region in ("fwd", "bwd"):
-        o = fn(leaves, scale) if region == "bwd" else None
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            if region == "fwd":
-                o = fn(leaves, scale)
-            else:
-                torch.autograd.grad(o, list(leaves.values()), do)
-            torch.cuda.synchronize()
-        per = {}
-        for e in prof.events():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                per[e.name] = per.get(e.name, 0.0) + e.device_time * 1e-3
-        out[region] = {n: round(v, 4) for n, v in sorted(per.items(), key=lambda kv: -kv[1])}
-        out[f"{region}_sum_ms"] = round(sum(per.values()), 4)
-    return out
-
-
-def variants(specs, V, T, args, log) -> list[dict]:
-    from lethe.kernels.gdn.launch_tables import overridden, overrides_from_cli
-
-    B = max(1, args.head_tokens // (args.H * T))
-    leaves, do = bench_inputs("sgdn", B, T, args.H, args.K, V, torch.bfloat16, torch.bfloat16, args.seed, "cuda")
-    scale = args.K ** -0.5
-    fn, _ = impl_fn("ours")
-    base = run_grads(fn, False, leaves, do, scale)
-    rows = []
-    for spec in specs:
-        name, _, items = spec.partition("=")
-        ov = overrides_from_cli(items.split(";"), option="--variant")
-        with overridden(ov):
-            try:
-                got = run_grads(fn, False, leaves, do, scale)
-            except Exception as exc:  # a variant that does not compile or launch is recorded, not fatal
-                rows.append({"variant": name, "overrides": ov, "V": V, "T": T, "error": repr(exc)[:300]})
-                log(f"variant {name}: {exc!r}"[:200])
-                continue
-            diff = max(rel_err(got[n], base[n]) for n in base)
-            bitwise = all(torch.equal(got[n], base[n]) for n in base)
-            row = {"variant": name, "overrides": ov, "V": V, "T": T, "max_rel_vs_default": diff, "bitwise": bitwise}
-            if diff <= args.variant_rel:
-                row.update({k: v for k, v in time_impl("ours", V, T, args).items()
-                            if k.endswith("_ms") or k.endswith("spread_ms")})
-        rows.append(row)
-        log(f"variant {name} V={V} T={T}: diff {diff:.2e} bitwise={bitwise} fwd_bwd {row.get('fwd_bwd_ms')}")
-    return rows
+SCHEMA = SG.SCHEMA
 
 
 def main(argv=None):
@@ -225,6 +69,7 @@ def main(argv=None):
     ap.add_argument("--budget-s", type=float, default=400)
     args = ap.parse_args(argv)
     args.check_head_tokens = args.check_head_tokens or args.head_tokens
+    cfg = SG.BenchConfig.from_args(args)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -238,7 +83,7 @@ def main(argv=None):
 
     cells = lambda s: [tuple(int(x) for x in c.split(":")) for c in s.split(",") if c]  # noqa: E731
     impls = args.impls.split(",")
-    doc = {"schema": SCHEMA, "meta": {"argv": sys.argv[1:], "pin": PIN, "gpu": torch.cuda.get_device_name(),
+    doc = {"schema": SCHEMA, "meta": {"argv": sys.argv[1:], "pin": SG.PIN, "gpu": torch.cuda.get_device_name(),
                                       "torch": torch.__version__}, "correctness": [], "timing": [], "breakdown": {},
            "variants": [], "skipped": []}
     try:
@@ -264,7 +109,7 @@ def main(argv=None):
             doc["skipped"].append(f"check {V}:{T}: budget")
             continue
         check_impls = [i for i in (args.check_impls.split(",") if args.check_impls else impls) if i in impls]
-        doc["correctness"] += correctness(check_impls, V, T, args, log)
+        doc["correctness"] += SG.correctness(check_impls, V, T, cfg, log)
         save()
     ok = all(r["within_pin"] and r.get("bitwise_repeat", True) for r in doc["correctness"] if r["impl"] == "ours")
     doc["meta"]["ours_correct"] = ok
@@ -280,7 +125,7 @@ def main(argv=None):
                 doc["skipped"].append(f"time {impl} {V}:{T}: budget")
                 continue
             try:
-                row = time_impl(impl, V, T, args)
+                row = SG.time_impl(impl, V, T, cfg)
             except Exception as exc:
                 row = {"impl": impl, "V": V, "T": T, "error": repr(exc)[:300]}
             doc["timing"].append(row)
@@ -291,7 +136,7 @@ def main(argv=None):
         if left() < 15:
             doc["skipped"].append(f"breakdown {V}:{T}: budget")
             continue
-        doc["breakdown"][f"{V}:{T}"] = kb = kernel_breakdown(V, T, args)
+        doc["breakdown"][f"{V}:{T}"] = kb = SG.kernel_breakdown(V, T, cfg)
         log(f"breakdown V={V} T={T}: fwd {kb['fwd_sum_ms']} ms, bwd {kb['bwd_sum_ms']} ms")
         for region in ("fwd", "bwd"):
             for n, ms in list(kb[region].items())[:8]:
@@ -301,7 +146,7 @@ def main(argv=None):
         if left() < 30:
             doc["skipped"].append(f"variants {V}:{T}: budget")
             continue
-        doc["variants"] += variants([s for s in args.variant], V, T, args, log)
+        doc["variants"] += SG.variants([s for s in args.variant], V, T, cfg, log)
         save()
     doc["meta"]["seconds"] = round(time.time() - t_start, 1)
     save()

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from lethe.kernels.gdn import reference as KR
 
 from lethe.foreign import fla640 as F
+from lethe.kernels.gdn import reference as KR
 from lethe.verifier import probes as P
 from lethe.verifier.reference import load_source
 
@@ -205,7 +205,7 @@ def _verif(op, K, cmp02, worst, cd="bfloat16"):
 
 
 def test_outcome_classification_catch_masked_miss_and_clean():
-    run = _load_run_module()
+    run = F  # the run's comparisons and outcome live in the study module
     bad = [_cell("gdn", 64, 0.5), _cell("gdn", 128, 0.005)]
     comps = run.comparisons(bad)
     sig = {c["tensor"] for c in comps if c["signature"]}
@@ -222,3 +222,117 @@ def test_outcome_classification_catch_masked_miss_and_clean():
     # a pair whose compute dtype was never measured directly has no ground truth
     none = run.outcome(bad, [_verif("gdn", 64, "fail", 1e4, cd="float16")], comps)
     assert none[0]["ground_truth"] == "unmeasured"
+
+
+def test_the_driver_is_thin_and_writes_the_direct_schema():
+    run = _load_run_module()
+    assert run.SCHEMA == F.DIRECT_SCHEMA == "lethe.fla640.direct/1"
+    assert not hasattr(run, "direct_cell") and not hasattr(run, "comparisons")  # one place: lethe.foreign.fla640
+
+
+def test_comparisons_keep_the_cells_tensor_order_unless_told():
+    cells = [_cell("gdn", 64, 0.5), _cell("gdn", 128, 0.005)]
+    assert [c["tensor"] for c in F.comparisons(cells)] == ["o", "dq", "dv", "dg", "dbeta", "dk"]
+    tensors = ("o", "dq", "dk", "dv", "dg", "dbeta")
+    assert [c["tensor"] for c in F.comparisons(cells, None, tensors)] == list(tensors)
+    # the thresholds a run recorded decide the signature
+    strict = {**F.THRESHOLDS, "wrong_rel": 0.9}
+    assert not any(c["signature"] for c in F.comparisons(cells, strict))
+    # a missing tensor or a cell without a bypassed run gives no comparison
+    cells[1]["bypassed"]["errors"]["dk"] = {"missing": True}
+    assert "dk" not in {c["tensor"] for c in F.comparisons(cells)}
+    assert F.comparisons([_cell("gdn", 64, 0.5), {"op": "gdn", "K": 128, "dtype": "bfloat16", "T": 256,
+                                                  "bypassed": {"error": "x"}}]) == []
+
+
+def test_labels_and_thresholds():
+    assert [F.label(x) for x in (None, 0.01, 0.02, 0.05, 0.1)] == ["n/a", "ok", "ok", "suspect", "wrong"]
+    assert F.label(0.05, {"ok_rel": 0.06, "wrong_rel": 0.1}) == "ok"
+    assert F.THRESHOLDS == {"ok_rel": F.OK_REL, "wrong_rel": F.WRONG_REL, "control_factor": F.CONTROL_FACTOR}
+
+
+def test_errors_metric_counts_nonfinite_and_missing():
+    ref = torch.tensor([3.0, 4.0], dtype=torch.float64)
+    e = F.errors(torch.tensor([3.0, float("nan")]), ref)
+    assert e["nonfinite"] == 1 and e["rel_fro"] == 0.0 and e["max_ref"] == 4.0
+    assert F.errors(torch.tensor([3.0, 5.0]), ref)["rel_fro"] == pytest.approx(0.2)
+    assert F.errors(None, ref) == {"missing": True}
+
+
+def test_plan_estimates_and_task_names():
+    full, quick = F.plan(False), F.plan(True)
+    assert len(full) == 30 and len(quick) == 4
+    assert [F.task_name(t) for t in quick] == ["direct gdn K=64 bfloat16 T=64", "direct gdn K=128 bfloat16 T=64",
+                                               "verify fla640/gdn/K64/bfloat16", "verify fla640/gdn/K128/bfloat16"]
+    # a cell dict and a verifier summary name themselves as the task that made them
+    assert F.task_name({"op": "gdn", "K": 64, "dtype": "bfloat16", "T": 64}) == F.task_name(quick[0])
+    assert F.task_name({"id": "fla640/gdn/K64/bfloat16"}) == F.task_name(quick[2])
+    seen: set = set()
+    assert F.estimate_s(quick[0], seen) == 90.0 and F.estimate_s(quick[2], seen) == 180.0
+    seen.add(F.kernel_key(quick[0]))
+    assert F.estimate_s(quick[1], seen) == 90.0  # K is in fla's autotune keys
+    seen.add(F.kernel_key(quick[1]))
+    assert F.estimate_s({**quick[0], "T": 1024}, seen) == 20.0 and F.estimate_s(quick[2], seen) == 60.0
+    assert [t["kind"] for t in F.cpu_plumbing_plan()] == ["direct", "verify"]
+
+
+def test_error_records():
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        cell = F.error_cell("gdn", 64, "bfloat16", 256, exc)
+    assert cell["error"] == "ValueError: boom" and "Traceback" in cell["trace"] and cell["BK_expected"] == 64
+    p = F.Pair(F.pair_id("gdn", 64, None), "gdn", 64, None)
+    s = F.harness_error_summary(p, RuntimeError("x"))
+    assert s["status"] == "harness_error" and s["compute_dtype"] == "native" and s["exposed"]
+    assert F.task_name(s) == f"verify {p.id}"
+
+
+def test_spy_records_every_launch_and_launches_the_real_kernel():
+    launched = []
+
+    class Kernel:
+        best_config = "BV: 32"
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: launched.append((grid, kw["BK"]))
+
+    chunk_o = type(sys)("fake_chunk_o")
+    setattr(chunk_o, F.GUARD_KERNEL, Kernel())
+    spy = F.install_spy(chunk_o)
+    assert getattr(chunk_o, F.GUARD_KERNEL) is spy
+    spy[(4,)](q=torch.zeros(1, dtype=torch.bfloat16), g=torch.zeros(1), BK=64, BV=32, K=64, V=64)
+    assert launched == [((4,), 64)] and spy.best_config() == "BV: 32"
+    assert spy.calls == [{"BK": 64, "BV": 32, "K": 64, "V": 64, "g": True, "g_gamma": False, "dw": False,
+                          "dtype": "bfloat16"}]
+
+
+def test_direct_cell_records_refusal_bypass_and_launches_with_a_stand_in_fla(monkeypatch):
+    """direct_cell's plumbing on the CPU: fla's op replaced by the float64 oracle run in float32 behind a guard that
+    reads the module flag, so the refusal, the bypass, the errors and the spy's launches are all exercised."""
+    chunk_o = type(sys)("fake_chunk_o")
+    chunk_o.IS_NVIDIA_HOPPER, chunk_o.TRITON_ABOVE_3_4_0, chunk_o.TRITON_ABOVE_3_7_1 = True, True, False
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *a, **kw: None
+
+    setattr(chunk_o, F.GUARD_KERNEL, Kernel())
+    monkeypatch.setattr(F, "_chunk_o", lambda: chunk_o)
+    monkeypatch.setattr(F, "check_guard_target", lambda c=None: None)
+
+    def fake_fla(op, x, scale):
+        if chunk_o.IS_NVIDIA_HOPPER and not chunk_o.TRITON_ABOVE_3_7_1:
+            raise RuntimeError("refused (see #640)")
+        getattr(chunk_o, F.GUARD_KERNEL)[(1,)](q=x["q"], g=x["g"], BK=F.expected_bk(x["q"].shape[-1]), K=64)
+        return F.oracle(op, {n: t.double() for n, t in x.items()}, scale).float()
+
+    monkeypatch.setattr(F, "fla_call", fake_fla)
+    spy = F.install_spy()
+    cell = F.direct_cell("gdn", 64, "float32", 16, B=1, H=1, seed=0, device="cpu", oracle_device="cpu", spy=spy)
+    assert cell["guarded"]["refused"] and cell["guard_state"]["would_refuse"]
+    by = cell["bypassed"]
+    assert by["bitwise_deterministic"] and by["repeats"] == 3 and by["label"] == "ok"
+    assert set(by["errors"]) == {"o", "dq", "dk", "dv", "dg", "dbeta"} and by["worst_grad_rel"] < 1e-5
+    assert [c["BK"] for c in cell["dqkwg_launches"]] == [64]
+    assert chunk_o.TRITON_ABOVE_3_7_1 is False  # the bypass restored the flag

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lethe.foreign import fla640_render as FR
-from lethe.foreign.fla640_results import load
+from lethe.foreign.fla640_results import RESULT, load
 from lethe.verifier.records import read_rows, write_rows
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,14 +17,14 @@ TABLES = ROOT / "paper" / "tables"
 EXPOSED = "fla640/gdn/K64/bfloat16"
 CONTROL = "fla640/gdn/K128/bfloat16"
 
-pytestmark = pytest.mark.skipif(not (RES / "provenance.json").exists(), reason="fla640 results not committed yet")
+pytestmark = pytest.mark.skipif(not (RES / RESULT).exists(), reason="fla640 results not committed yet")
 
 
 def test_rendered_tables_match_the_committed_results(tmp_path):
     targets = [TABLES / f"{FR.STEM}.{e}" for e in ("md", "tex")]
     if not all(p.exists() for p in targets):
         pytest.skip("fla640 table not rendered yet")
-    FR.render(RES, tmp_path)
+    FR.render(RES / RESULT, tmp_path)
     for p in targets:
         assert (tmp_path / p.name).read_bytes() == p.read_bytes(), p.name
 
@@ -32,7 +32,7 @@ def test_rendered_tables_match_the_committed_results(tmp_path):
 def test_recomputed_comparisons_and_labels_agree_with_the_run():
     """The renderer recomputes ratios and labels (so a changed error changes them); on the committed files they must
     equal what run.py wrote."""
-    for call in load(RES)["calls"]:
+    for call in load(RES / RESULT)["calls"]:
         doc = call["direct"]
         def key(c):
             return (c["op"], c["dtype"], c["T"], c["tensor"])
@@ -50,7 +50,7 @@ def test_recomputed_comparisons_and_labels_agree_with_the_run():
 
 
 def test_outcome_on_the_committed_results_names_what_did_not_run():
-    data = load(RES)
+    data = load(RES / RESULT)
     text = FR.outcome(data)
     ids = {r["id"] for c in data["calls"] for r in c["rows"]}
     assert "no miscompile signature was measured" in text
@@ -86,16 +86,16 @@ def _copy(tmp_path) -> Path:
 
 def _direct_path(dst: Path) -> Path:
     """The direct.json of the first results call that measured cells."""
-    for c in load(dst)["calls"]:
+    for c in load(dst / RESULT)["calls"]:
         if c["direct"]["cells"]:
-            return dst / c["call"] / "direct.json"
+            return dst / c["folder"] / "direct.json"
     pytest.skip("no direct cells committed")
 
 
 def _verdicts_path(dst: Path) -> Path:
-    for c in load(dst)["calls"]:
+    for c in load(dst / RESULT)["calls"]:
         if any(r["id"] == EXPOSED for r in c["rows"]):
-            return dst / c["call"] / "verdicts.parquet"
+            return dst / c["folder"] / "verdicts.parquet"
     pytest.skip("exposed pair not committed")
 
 
@@ -114,8 +114,8 @@ def _set_grad_evidence(row: dict, status: str, scale: float) -> None:
 
 def _drop_committed_control(dst: Path) -> None:
     """Remove the control pair the committed results hold, so that a test's synthetic control is the only one."""
-    for c in load(dst)["calls"]:
-        path = dst / c["call"] / "verdicts.parquet"
+    for c in load(dst / RESULT)["calls"]:
+        path = dst / c["folder"] / "verdicts.parquet"
         if path.exists():
             rows = read_rows(path)
             keep = [r for r in rows if r["id"] != CONTROL]
@@ -142,17 +142,17 @@ def test_outcome_compares_with_a_control_when_one_ran(tmp_path):
     # a control that fails CMP-02 just as badly: the same gates fail, nothing separates them
     dst = _copy(tmp_path)
     _add_control(dst, grad_status="fail", grad_scale=1.0)
-    text = FR.outcome(load(dst))
+    text = FR.outcome(load(dst / RESULT))
     assert "did not run" not in text
     assert f"Its control {CONTROL} fails the same gates (CMP-02 err/tol ×1.00 the control's)" in text
     assert "no #640 signal beyond precision" in text
-    md, _ = FR.texts(dst)
+    md, _ = FR.texts(dst / RESULT)
     assert f"{CONTROL}: ran" in md
 
     # a control whose backward passes: the exposed pair's CMP-02 failure is its own
     dst2 = _copy(tmp_path / "b")
     _add_control(dst2, grad_status="pass", grad_scale=1e-3)
-    text2 = FR.outcome(load(dst2))
+    text2 = FR.outcome(load(dst2 / RESULT))
     assert f"Against its control {CONTROL} the exposed pair differs (fails only here: CMP-02)" in text2
     assert "the direct check measured no signature" in text2
 
@@ -160,14 +160,14 @@ def test_outcome_compares_with_a_control_when_one_ran(tmp_path):
 def test_a_larger_gradient_error_changes_the_table(tmp_path):
     """Perturb one committed error: the cell, the ratio row, the label and the outcome all follow."""
     dst = _copy(tmp_path)
-    before_md, _ = FR.texts(dst)
+    before_md, _ = FR.texts(dst / RESULT)
     path = _direct_path(dst)
     doc = json.loads(path.read_text())
     cell = next(c for c in doc["cells"] if c["K"] == 64)
     ctl = next(c for c in doc["cells"] if c["K"] == 128 and c["op"] == cell["op"] and c["T"] == cell["T"])
     cell["bypassed"]["errors"]["dk"]["rel_fro"] = 0.5
     path.write_text(json.dumps(doc))
-    md, tex = FR.texts(dst)
+    md, tex = FR.texts(dst / RESULT)
     assert md != before_md
     assert "| 0.5 |" in md  # the cell itself
     ratio = 0.5 / ctl["bypassed"]["errors"]["dk"]["rel_fro"]
@@ -189,20 +189,20 @@ def test_a_failing_bf16_probe_changes_the_precision_reading(tmp_path):
     ev["probes"]["prc_bf16"]["status"] = "fail"
     g["evidence"] = json.dumps(ev)
     write_rows(rows, path)
-    md, _ = FR.texts(dst)
+    md, _ = FR.texts(dst / RESULT)
     assert "1 of 3 fail, err/tol 7.5" in md
     assert "precision-dominated" not in md and "Not all of it is precision" in md and "prc_bf16" in md
 
 
 def test_no_cells_and_no_pairs_say_so(tmp_path):
     dst = _copy(tmp_path)
-    for c in load(dst)["calls"]:
-        p = dst / c["call"] / "direct.json"
+    for c in load(dst / RESULT)["calls"]:
+        p = dst / c["folder"] / "direct.json"
         doc = json.loads(p.read_text())
         doc["cells"] = []
         p.write_text(json.dumps(doc))
-        if (dst / c["call"] / "verdicts.parquet").exists():
-            (dst / c["call"] / "verdicts.parquet").unlink()
-    text = FR.outcome(load(dst))
+        if (dst / c["folder"] / "verdicts.parquet").exists():
+            (dst / c["folder"] / "verdicts.parquet").unlink()
+    text = FR.outcome(load(dst / RESULT))
     assert "no exposed/control pair of cells was measured" in text
     assert "no exposed pair was verified" in text

@@ -124,3 +124,10 @@ def test_time_ms_runs_warmup_then_the_timed_calls():
     assert s == {"median_ms": 2.0, "spread_ms": [1.0, 3.0]}
     assert timing.summary_ms([1 / 3, 1.0]) == {"median_ms": 0.6667, "spread_ms": [0.3333, 1.0]}
     assert timing.summary_ms([1 / 3, 1.0], digits=None) == {"median_ms": (1 / 3 + 1.0) / 2, "spread_ms": [1 / 3, 1.0]}
+
+
+def test_warm_runs_untimed_calls_and_wall_s_times_one_call():
+    seen = []
+    assert timing.warm(seen.append, 3, cuda=False) is None
+    assert seen == [0, 1, 2]
+    assert timing.wall_s(lambda: time.sleep(0.01), cuda=False) >= 0.01

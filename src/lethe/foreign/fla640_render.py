@@ -1,7 +1,7 @@
 """The fla #640 tables (``paper/tables/fla640.{md,tex}``) from the committed results (``results/foreign/fla640/``).
 
-Three tables and an outcome paragraph, all computed from the files of the results calls listed in
-``provenance.json`` (see :mod:`lethe.foreign.fla640_results`):
+Three tables and an outcome paragraph, all computed from the files of the results calls listed in the current
+result ``fla640.json`` (config ``results.fla640``; see :mod:`lethe.foreign.fla640_results`):
 
 (a) the direct check: fla's forward and backward with the #640 guard bypassed, against the float64 oracle, one row
     per cell, and the exposed (K=64, BK=64) / control (K=128, BK=128) error ratio per tensor under each pair of
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from lethe.foreign import fla640 as F
+from lethe.foreign.fla640 import parse_pair
 from lethe.foreign.fla640_results import load
 from lethe.render.tables import Column, md_escape, table_text, tex_escape, write_text
 
@@ -42,8 +43,7 @@ SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "f
 # Explicit mantissa bits: "finer than the compute dtype" is a statement about these, not about byte width
 # (fp16 and bf16 are both two bytes, but fp16 resolves 8x finer).
 MANTISSA = {"float64": 52, "float32": 23, "float16": 10, "bfloat16": 7}
-EXPOSED_K, CONTROL_K = 64, 128
-_PAIR_ID = re.compile(r"^fla640/(?P<op>\w+)/K(?P<K>\d+)/(?P<cd>\w+)(?:/T(?P<T>\d+))?$")
+EXPOSED_K, CONTROL_K = F.EXPOSED_K, F.CONTROL_K
 
 
 def sci(x: float | None) -> str:
@@ -65,10 +65,8 @@ def ratio_text(r: float) -> str:
 
 
 def label(rel: float | None, th: Mapping[str, float]) -> str:
-    """run.py's label of one error, from the thresholds the run recorded."""
-    if rel is None:
-        return "n/a"
-    return "ok" if rel <= th["ok_rel"] else ("wrong" if rel >= th["wrong_rel"] else "suspect")
+    """run.py's label of one error, from the thresholds the run recorded (:func:`lethe.foreign.fla640.label`)."""
+    return F.label(rel, th)
 
 
 def _rel(cell: Mapping[str, Any], name: str) -> float | None:
@@ -76,21 +74,9 @@ def _rel(cell: Mapping[str, Any], name: str) -> float | None:
 
 
 def comparisons(cells: Sequence[Mapping[str, Any]], th: Mapping[str, float]) -> list[dict[str, Any]]:
-    """Exposed vs control per (op, dtype, T) and tensor, within one call's cells (same code, same seeds)."""
-    by = {(c["op"], c["dtype"], c["T"], c["K"]): c for c in cells if "errors" in c.get("bypassed", {})}
-    out = []
-    for (op, dt, T, K), c in sorted(by.items()):
-        ctl = by.get((op, dt, T, CONTROL_K))
-        if K != EXPOSED_K or ctl is None:
-            continue
-        for name in TENSORS:
-            e, ce = _rel(c, name), _rel(ctl, name)
-            if e is None or ce is None:
-                continue
-            r = e / max(ce, 1e-30)
-            out.append({"op": op, "dtype": dt, "T": T, "tensor": name, "exposed_rel": e, "control_rel": ce,
-                        "ratio": r, "signature": bool(e >= th["wrong_rel"] and r >= th["control_factor"])})
-    return out
+    """Exposed vs control per (op, dtype, T) and tensor, within one call's cells (same code, same seeds), in
+    :data:`TENSORS` order (:func:`lethe.foreign.fla640.comparisons`)."""
+    return F.comparisons(cells, th, TENSORS)
 
 
 def _launched_bk(cell: Mapping[str, Any]) -> str:
@@ -152,16 +138,6 @@ DIRECT_COLUMNS = [
 
 # ----------------------------------------------------------------------------------------------------------
 # verifier
-
-
-def parse_pair(pair_id: str) -> F.Pair:
-    """The generator's Pair for a pair id written by :func:`lethe.foreign.fla640.pair_id`."""
-    m = _PAIR_ID.match(pair_id)
-    if not m:
-        raise ValueError(f"not an fla640 pair id: {pair_id!r}")
-    cd = None if m["cd"] == "native" else m["cd"]
-    T = int(m["T"]) if m["T"] else 64
-    return F.Pair(pair_id, m["op"], int(m["K"]), cd, T=T)
 
 
 @functools.lru_cache(maxsize=32)
@@ -538,9 +514,9 @@ def call_notes(prov: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def texts(results_dir: str | Path) -> tuple[str, str]:
+def texts(result: str | Path) -> tuple[str, str]:
     """The Markdown and LaTeX of the three tables and the outcome."""
-    data = load(results_dir)
+    data = load(result)
     calls, prov = data["calls"], data["provenance"]
     th = calls[0]["direct"]["thresholds"] if calls else None
     a = table_text(
@@ -584,7 +560,8 @@ def texts(results_dir: str | Path) -> tuple[str, str]:
     return md, tex
 
 
-def render(results_dir: str | Path, tables_dir: str | Path) -> tuple[Path, Path]:
-    md, tex = texts(results_dir)
+def render(result: str | Path, tables_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``fla640.md`` and ``fla640.tex`` into ``tables_dir`` from the current result file ``result``."""
+    md, tex = texts(result)
     tables_dir = Path(tables_dir)
     return write_text(tables_dir / f"{STEM}.md", md), write_text(tables_dir / f"{STEM}.tex", tex)

@@ -4,10 +4,18 @@ load them, and check them against their schema.
 A device call of ``experiments/fla640/run.py`` writes ``direct.json`` (schema ``lethe.fla640.direct/1``), a
 ``provenance.json`` (``lethe.provenance/1``), ``verdicts.parquet`` when a verifier pair ran, and the call's stdout
 log. Device time comes in short calls, so one result is spread over several of them and some calls end with
-nothing run. :func:`collect` keeps every file of a *results* call verbatim under ``<dest>/<call>/`` and records
-a call that ran nothing as an *attempt* (no files, only its command and what it skipped) in the top-level
-``provenance.json`` (schema :data:`SCHEMA`), so a reader sees every call that was made without mistaking an empty
-one for a result.
+nothing run. The folder follows the house layout for results (docs/CONVENTIONS.md, :mod:`lethe.results`), with
+run folders because a run's files are more than one JSON document:
+
+* ``fla640.json`` (schema :data:`SCHEMA`; config ``results.fla640``, what the render rule reads) -- the current
+  result: every call in device-time order with its commit, command, device, the tasks it ran and skipped, and
+  notes; a *results* call names its folder and the sha256 of each of its files, a call that ran nothing is an
+  *attempt* (no files), so a reader sees every call that was made without mistaking an empty one for a result;
+* ``runs/<what it holds>/`` -- each results call's files verbatim, in a folder named by the tasks it ran
+  (:func:`run_folder_name`, e.g. ``runs/verify_gdn_K64_bfloat16_T64``), never by the device call;
+* ``provenance.json`` -- the newest results call's own provenance, as written on the device;
+* ``history.jsonl`` -- one line per call (:func:`lethe.results.history_line`; status ``current`` for a results
+  call, with its folder, ``attempt`` for one that ran nothing).
 
     python -m lethe.foreign.fla640_results --dest results/foreign/fla640 \\
         --call call2=/tmp/fla640_runs/call2 --call call4=/tmp/fla640_runs/call4 \\
@@ -19,16 +27,24 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import re
 import shlex
 import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-SCHEMA = "lethe.fla640.results/1"
-DIRECT_SCHEMA = "lethe.fla640.direct/1"
+from lethe.foreign import fla640 as F
+from lethe.results import HISTORY, PROVENANCE, history_line, load_history
+
+SCHEMA = "lethe.fla640.results/2"
+RESULT = "fla640.json"
+RUNS = "runs"
+DIRECT_SCHEMA = F.DIRECT_SCHEMA
 DEVICE_PROVENANCE_SCHEMA = "lethe.provenance/1"
 ROLES = ("results", "attempt")
+# history.jsonl status of a call by its role
+HISTORY_STATUS = {"results": "current", "attempt": "attempt"}
 # Device-provenance fields copied into each call's entry (the rest stays in the call's own provenance.json).
 DEVICE_FIELDS = ("git_sha", "command", "utc_time", "gpu", "capability", "driver", "cuda_runtime", "torch", "triton",
                  "fla", "python", "platform", "budget_s", "seconds", "quick", "seed")
@@ -42,8 +58,8 @@ def sha256_file(path: str | Path) -> str:
 
 def task_names(direct: Mapping[str, Any]) -> list[str]:
     """The tasks a call ran, named as run.py's log names them (direct cells first, then verifier pairs)."""
-    return ([f"direct {c['op']} K={c['K']} {c['dtype']} T={c['T']}" for c in direct["cells"]]
-            + [f"verify {v['id']}" for v in direct["verifier"]])
+    return [F.task_name({"kind": "direct", **c}) for c in direct["cells"]] + [
+        F.task_name({"kind": "verify", "id": v["id"]}) for v in direct["verifier"]]
 
 
 def command_flag(command: str, flag: str) -> str | None:
@@ -79,20 +95,75 @@ def auto_notes(role: str, device: Mapping[str, Any], direct: Mapping[str, Any]) 
     return notes
 
 
+def _slug(kind: str, ops, Ks, dtypes, Ts) -> str:
+    j = lambda xs: "-".join(str(x) for x in sorted(set(xs)))  # noqa: E731
+    return f"{kind}_{j(ops)}_K{'-K'.join(str(k) for k in sorted(set(Ks)))}_{j(dtypes)}_T{j(Ts)}"
+
+
+def run_folder_name(direct: Mapping[str, Any]) -> str:
+    """The folder name of a results call, from what its ``direct.json`` holds: ``direct_<ops>_K<Ks>_<dtypes>_T<Ts>``
+    for its direct cells and ``verify_<ops>_K<Ks>_<compute dtypes>_T<Ts>`` for its verifier pairs, joined by
+    ``__`` (each list sorted, values joined by ``-``), e.g. ``direct_gdn_K64-K128_bfloat16_T256``."""
+    cells, pairs = direct["cells"], [F.parse_pair(v["id"]) for v in direct["verifier"]]
+    parts = []
+    if cells:
+        parts.append(_slug("direct", [c["op"] for c in cells], [c["K"] for c in cells], [c["dtype"] for c in cells],
+                           [c["T"] for c in cells]))
+    if pairs:
+        parts.append(_slug("verify", [p.op for p in pairs], [p.K for p in pairs],
+                           [p.compute_dtype or "native" for p in pairs], [p.T for p in pairs]))
+    if not parts:
+        raise ValueError("a results call that ran no task holds nothing: record it as an attempt")
+    return "__".join(parts)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``, ... when another call's folder already holds the same tasks."""
+    n, out = 1, name
+    while out in taken:
+        n += 1
+        out = f"{name}_{n}"
+    return out
+
+
+def write_result(dest: str | Path, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Write ``dest``'s current result (:data:`RESULT`), ``provenance.json`` (the newest results call's own, byte
+    for byte) and ``history.jsonl`` (one line per call) from the call entries; returns the current result."""
+    dest = Path(dest)
+    entries = sorted(entries, key=lambda e: e["utc_time"] or "")
+    doc = {"schema": SCHEMA, "experiment": "fla640", "collected_by": "lethe.foreign.fla640_results",
+           "calls": list(entries)}
+    (dest / RESULT).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    results = [e for e in entries if e["role"] == "results"]
+    if results:
+        shutil.copyfile(dest / results[-1]["folder"] / PROVENANCE, dest / PROVENANCE)
+    lines = []
+    for e in entries:
+        line = history_line(e["call"], e, HISTORY_STATUS[e["role"]],
+                            note="ran no task: nothing committed" if e["role"] == "attempt" else "")
+        if e["role"] == "results":
+            line["folder"] = e["folder"]
+        lines.append(line)
+    (dest / HISTORY).write_text("".join(json.dumps(h, sort_keys=True) + "\n" for h in lines))
+    return doc
+
+
 def collect(dest: str | Path, calls: Sequence[tuple[str, str | Path]], attempts: Sequence[tuple[str, str | Path]] = (),
             notes: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
-    """Copy each results call's files verbatim into ``dest/<call>/`` and write ``dest/provenance.json``.
+    """Copy each results call's files verbatim into ``dest/runs/<what it holds>/`` and write the current result,
+    ``provenance.json`` and ``history.jsonl`` (:func:`write_result`).
 
-    Entries of an existing ``dest/provenance.json`` for calls not named here are kept as they are (hand notes
-    included), so adding a later call needs only that call's folder. Calls are listed in the order of their device
-    time (``utc_time``), attempts included.
+    Entries of an existing current result for calls not named here are kept as they are (hand notes included),
+    so adding a later call needs only that call's folder. Calls are listed in the order of their device time
+    (``utc_time``), attempts included.
     """
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     notes = notes or {}
     named = {n for n, _ in (*calls, *attempts)}
-    old = dest / "provenance.json"
+    old = dest / RESULT
     entries = ([e for e in json.loads(old.read_text())["calls"] if e["call"] not in named] if old.exists() else [])
+    taken = {e["folder"] for e in entries if e.get("folder")}
     for role, group in (("results", calls), ("attempt", attempts)):
         for name, src in group:
             src = Path(src)
@@ -108,55 +179,74 @@ def collect(dest: str | Path, calls: Sequence[tuple[str, str | Path]], attempts:
             entry["notes"] = auto_notes(role, device, direct) + list(notes.get(name, ()))
             entry["files"] = {}
             if role == "results":
-                out = dest / name
+                folder = f"{RUNS}/{_unique(run_folder_name(direct), {t.split('/', 1)[1] for t in taken})}"
+                taken.add(folder)
+                entry["folder"] = folder
+                out = dest / folder
                 out.mkdir(parents=True, exist_ok=True)
                 for f in sorted(p for p in src.iterdir() if p.is_file()):
                     if f.resolve() != (out / f.name).resolve():  # re-collecting a committed folder in place
                         shutil.copyfile(f, out / f.name)
-                    entry["files"][f"{name}/{f.name}"] = sha256_file(out / f.name)
+                    entry["files"][f"{folder}/{f.name}"] = sha256_file(out / f.name)
             entries.append(entry)
-    entries.sort(key=lambda e: e["utc_time"] or "")
-    doc = {"schema": SCHEMA, "experiment": "fla640", "collected_by": "lethe.foreign.fla640_results",
-           "calls": entries}
-    (dest / "provenance.json").write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-    return doc
+    return write_result(dest, entries)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # loading and checking
 
 
-def load(results_dir: str | Path) -> dict[str, Any]:
-    """The provenance plus, per results call, its direct.json and (when present) its verdict rows."""
+def load(result: str | Path) -> dict[str, Any]:
+    """The current result (``result``: its :data:`RESULT` file, as config ``results.fla640`` names it) as
+    ``{"provenance": <the current result>, "calls": [...]}``: per results call its entry, its direct.json and
+    (when present) its verdict rows."""
     from lethe.verifier.records import read_rows
 
-    results_dir = Path(results_dir)
-    prov = json.loads((results_dir / "provenance.json").read_text())
+    result = Path(result)
+    prov = json.loads(result.read_text())
     calls = []
     for c in prov["calls"]:
         if c["role"] != "results":
             continue
-        d = results_dir / c["call"]
+        d = result.parent / c["folder"]
         rows = read_rows(d / "verdicts.parquet") if (d / "verdicts.parquet").exists() else []
         calls.append({**c, "direct": json.loads((d / "direct.json").read_text()), "rows": rows})
     return {"provenance": prov, "calls": calls}
 
 
-def validate(results_dir: str | Path) -> list[str]:
-    """Every way the committed results break their schema, as messages (empty: valid)."""
+def validate(result: str | Path) -> list[str]:
+    """Every way the committed results (``result``: the current-result file) break their schema, as messages
+    (empty: valid)."""
     from lethe.verifier.records import validate as validate_row
 
-    results_dir = Path(results_dir)
+    result = Path(result)
+    results_dir = result.parent
     errs: list[str] = []
-    prov = json.loads((results_dir / "provenance.json").read_text())
+    prov = json.loads(result.read_text())
     if prov.get("schema") != SCHEMA:
-        errs.append(f"provenance schema {prov.get('schema')!r} != {SCHEMA}")
+        errs.append(f"current result schema {prov.get('schema')!r} != {SCHEMA}")
     names = [c.get("call") for c in prov.get("calls", [])]
     if len(set(names)) != len(names):
         errs.append(f"duplicate call names {names}")
     times = [c.get("utc_time") or "" for c in prov.get("calls", [])]
     if times != sorted(times):
         errs.append("calls are not in device-time order")
+    folders = [c.get("folder") for c in prov.get("calls", []) if c.get("role") == "results"]
+    runs = results_dir / RUNS
+    on_disk_runs = {f"{RUNS}/{p.name}" for p in runs.iterdir()} if runs.is_dir() else set()
+    if on_disk_runs != set(folders):
+        errs.append(f"run folders on disk {sorted(on_disk_runs)} != the results calls' {sorted(map(str, folders))}")
+    others = {p.name for p in results_dir.iterdir()} - {RESULT, PROVENANCE, HISTORY, RUNS}
+    if others:
+        errs.append(f"files outside the layout: {sorted(others)}")
+    history = [(h.get("run"), h.get("status")) for h in load_history(results_dir)]
+    expect = [(c.get("call"), HISTORY_STATUS.get(c.get("role"))) for c in prov.get("calls", [])]
+    if history != expect:
+        errs.append(f"history.jsonl lists {history}, the current result {expect}")
+    if folders and all(folders) and (results_dir / folders[-1] / PROVENANCE).is_file() and (
+            not (results_dir / PROVENANCE).is_file()
+            or sha256_file(results_dir / PROVENANCE) != sha256_file(results_dir / folders[-1] / PROVENANCE)):
+        errs.append("provenance.json is not the newest results call's own provenance")
     for c in prov.get("calls", []):
         name = c.get("call")
         if c.get("role") not in ROLES:
@@ -167,16 +257,19 @@ def validate(results_dir: str | Path) -> list[str]:
             errs.append(f"{name}: missing {missing}")
             continue
         if c["role"] == "attempt":
-            if c["files"]:
+            if c["files"] or c.get("folder"):
                 errs.append(f"{name}: an attempt commits no files")
             continue
-        d = results_dir / name
+        if not c.get("folder"):
+            errs.append(f"{name}: a results call names its folder")
+            continue
+        d = results_dir / c["folder"]
         for rel, sha in c["files"].items():
             if not (results_dir / rel).is_file():
                 errs.append(f"{name}: {rel} listed but absent")
             elif sha256_file(results_dir / rel) != sha:
                 errs.append(f"{name}: {rel} differs from its recorded sha256")
-        on_disk = {f"{name}/{p.name}" for p in d.iterdir()} if d.is_dir() else set()
+        on_disk = {f"{c['folder']}/{p.name}" for p in d.iterdir()} if d.is_dir() else set()
         if on_disk != set(c["files"]):
             errs.append(f"{name}: files on disk {sorted(on_disk)} != listed {sorted(c['files'])}")
         if not (d / "direct.json").is_file() or not (d / "provenance.json").is_file():
@@ -187,7 +280,7 @@ def validate(results_dir: str | Path) -> list[str]:
             errs.append(f"{name}: device provenance schema {device.get('schema')!r}")
         diff = [k for k in DEVICE_FIELDS if device.get(k) != c[k]]
         if diff:
-            errs.append(f"{name}: provenance.json disagrees with the call's own provenance on {diff}")
+            errs.append(f"{name}: the current result disagrees with the call's own provenance on {diff}")
         direct = json.loads((d / "direct.json").read_text())
         if direct.get("schema") != DIRECT_SCHEMA:
             errs.append(f"{name}: direct.json schema {direct.get('schema')!r} != {DIRECT_SCHEMA}")
@@ -195,6 +288,9 @@ def validate(results_dir: str | Path) -> list[str]:
         if dmiss:
             errs.append(f"{name}: direct.json misses {dmiss}")
             continue
+        want = run_folder_name(direct)
+        if not re.fullmatch(rf"{RUNS}/{re.escape(want)}(_\d+)?", c["folder"]):
+            errs.append(f"{name}: folder {c['folder']} is not named by what it holds ({RUNS}/{want})")
         if task_names(direct) != c["tasks_run"] or direct["skipped"] != c["tasks_skipped"]:
             errs.append(f"{name}: tasks_run/tasks_skipped disagree with direct.json")
         for i, cell in enumerate(direct["cells"]):
@@ -247,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, text in _pairs(args.note):
         notes.setdefault(name, []).append(text)
     collect(args.dest, _pairs(args.call), _pairs(args.attempt), notes)
-    errs = validate(args.dest)
+    errs = validate(Path(args.dest) / RESULT)
     for e in errs:
         print("invalid:", e)
     return 1 if errs else 0

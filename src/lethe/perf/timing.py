@@ -95,6 +95,21 @@ def time_ms(fn: Callable[[int], Any], iterations: int, *, cuda: bool, warmup: in
     return time_stages([fn], iterations, cuda=cuda, warmup=warmup, setup=setup).total
 
 
+def warm(fn: Callable[[int], Any], iterations: int, *, cuda: bool) -> None:
+    """``iterations`` untimed calls ``fn(i)``, then a synchronisation: a warm-up shared by several timed regions
+    that follow (the warm-up of :func:`time_stages` with nothing timed)."""
+    time_ms(fn, 0, cuda=cuda, warmup=iterations)
+
+
+def wall_s(fn: Callable[[], Any], *, cuda: bool) -> float:
+    """Wall-clock seconds of one call ``fn()`` up to a synchronisation after it: a first call's cost, compilation
+    and autotuning included (host time, which device events would not see)."""
+    t0 = time.perf_counter()
+    fn()
+    _sync(cuda)
+    return time.perf_counter() - t0
+
+
 def summary_ms(xs: Sequence[float], digits: int | None = 4) -> dict:
     """Median and [min, max] of a list of timings, rounded to ``digits`` for a result row (None: unrounded)."""
     med, lo, hi = statistics.median(xs), min(xs), max(xs)
