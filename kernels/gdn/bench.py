@@ -2,9 +2,10 @@
 the device, the FLOP and byte counts of the chunked algorithm (docs/gdn.md §2), and the correctness check a
 cell passes before it is timed.
 
-The drivers (experiments/gdn/fla_compare.py, scalar_gate_bench.py, intra_precision.py, triton_launch_sweep.py,
-experiments/native/kernel_profile.py) and the renderers (:mod:`lethe.kernels.gdn.fla_bench`, the scalar-gate
-table) import these; timing itself is :mod:`lethe.perf.timing`, floors :mod:`lethe.perf.roofline`.
+The fla comparison's study (:mod:`lethe.kernels.gdn.fla_compare`), the drivers (experiments/gdn/scalar_gate_bench.py,
+intra_precision.py, triton_launch_sweep.py, experiments/native/kernel_profile.py) and the renderers
+(:mod:`lethe.kernels.gdn.fla_bench`, the scalar-gate table) import these; timing itself is
+:mod:`lethe.perf.timing`, floors :mod:`lethe.perf.roofline`.
 
 Conventions read from fla 0.6.0: every op takes ``[B, T, H, D]``, gates are natural-log decays, ``scale``
 multiplies q (passed explicitly). ``chunk_gated_delta_rule`` and ``chunk_simple_gla(g=...)`` are refused on
