@@ -2,7 +2,8 @@
 the device, the FLOP and byte counts of the chunked algorithm (docs/gdn.md §2), and the correctness check a
 cell passes before it is timed.
 
-The drivers (experiments/gdn/fla_compare.py, scalar_gate_bench.py, intra_precision.py, triton_launch_sweep.py),
+The fla comparison's study (:mod:`lethe.kernels.gdn.fla_compare`), the scalar-gate benchmark
+(:mod:`lethe.kernels.gdn.scalar_gate_bench`), the drivers (experiments/gdn/intra_precision.py, triton_launch_sweep.py),
 :mod:`lethe.kernels.gdn.native.kernel_profile` and the renderers (:mod:`lethe.kernels.gdn.fla_bench`, the scalar-gate
 table) import these; timing itself is :mod:`lethe.perf.timing`, floors :mod:`lethe.perf.roofline`.
 

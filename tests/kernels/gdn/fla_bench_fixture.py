@@ -1,7 +1,8 @@
-"""A results folder of fla_compare.py part (b), written by the script's own code with the numerics faked.
+"""A results folder of fla_compare.py part (b), written by the study's own code with the numerics faked.
 
-:func:`write_fixture_run` drives ``bench_cell`` (and the main loop's skip rows, ``summarize``) of
-``experiments/gdn/fla_compare.py`` on the CPU, with everything that needs a GPU or fla replaced: inputs are tiny
+:func:`write_fixture_run` drives ``bench_cell`` (and the budget loop's skip rows, ``summarize``) of
+:mod:`lethe.kernels.gdn.fla_compare` on the CPU, with the options parsed by ``experiments/gdn/fla_compare.py``
+and everything that needs a GPU or fla replaced: inputs are tiny
 tensors, the first call returns gradients with chosen errors, the float64 slice returns chosen errors, and the
 timer returns chosen samples. So the rows have exactly the schema the H200 run writes (the test module also checks
 their keys against a real --dry-run), while every number is known in advance.
@@ -46,6 +47,11 @@ def load_script():
     return importlib.import_module("experiments.gdn.fla_compare")
 
 
+def load_study():
+    """lethe.kernels.gdn.fla_compare, the module whose cells the driver runs (and whose calls are faked here)."""
+    return importlib.import_module("lethe.kernels.gdn.fla_compare")
+
+
 def fla_ms(mode: str, member: str, V: int, T: int, B: int, H: int) -> list[float]:
     """fla's synthetic samples: time linear in the head-tokens, a spread around the median."""
     base = (0.9 if mode == "bwd" else 1.3) * (B * H * T / 2**20) * (1.0 if V == 128 else 0.6) * (
@@ -78,8 +84,8 @@ def write_fixture_run(out: Path, native: bool = True, split: bool = False) -> Pa
 
 
 def _one_run(out: Path, impls: str, extra: list[str], ceilings: dict = CEILINGS, cute: bool | None = None) -> None:
-    fc = load_script()
-    args = fc.parse_args(["--out", str(out), "--parts", "bench", "--bench-members", "gdn,sgdn", "--dvs", "128,64",
+    fc = load_study()
+    args = load_script().parse_args(["--out", str(out), "--parts", "bench", "--bench-members", "gdn,sgdn", "--dvs", "128,64",
                           "--bench-lengths", "4096,1024", "--native-lengths", "1024,4096", "--impls", impls,
                           "--reps", "1", "--sets", "3", "--budget-s", "1e9", *extra])
     bench_impls = tuple(i for i in fc.BENCH_IMPLS if i in impls.split(","))

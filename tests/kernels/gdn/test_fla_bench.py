@@ -1,7 +1,7 @@
 """kernels/gdn/fla_bench.py: the fla timing table and figure.
 
-The rows come from experiments/gdn/fla_compare.py's own code (``fla_bench_fixture``: bench_cell and friends with
-the numerics faked), and their keys are checked against a real ``--dry-run``, so the renderer is tested on the
+The rows come from lethe.kernels.gdn.fla_compare's own code (``fla_bench_fixture``: bench_cell and friends
+with the numerics faked), and their keys are checked against a real ``--dry-run``, so the renderer is tested on the
 schema the H200 run will write.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 import fla_bench_fixture as F
 import pytest
+
 from lethe.kernels.gdn import fla_bench as R
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -196,7 +197,7 @@ def test_ratios_are_ours_over_fla_medians(loaded):
 
 def test_floor_percent_is_floor_over_measured(loaded):
     summary, _, rows = loaded
-    fc = F.load_script()
+    fc = F.load_study()
     trows = R.table_rows(summary, rows)
     checked = 0
     for t in trows:

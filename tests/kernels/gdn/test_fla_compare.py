@@ -1,6 +1,7 @@
-"""experiments/gdn/fla_compare.py on the CPU: FLOP/byte counting, config selection, the plan and its budget,
-the autotune patch's mechanics, the output schema (a --dry-run end to end with our interpreter kernels and our
-torch path standing in for fla), and experiments/gdn/triton_aot.py's launch configurations.
+"""lethe.kernels.gdn.fla_compare and its driver experiments/gdn/fla_compare.py on the CPU: the options, the plan
+and its budget (estimates, skip / error / kill rows), the timing rows' floors, the caveats, the output schema (a
+--dry-run end to end with our interpreter kernels and our torch path standing in for fla), and
+experiments/gdn/triton_aot.py's launch configurations.
 
 fla itself cannot run here (its autotuner needs a GPU driver even under TRITON_INTERPRET), so the fla-specific
 calls are exercised only on the H200.
@@ -25,10 +26,14 @@ def _load(name):
 
 @pytest.fixture(scope="module")
 def fc():
+    """The driver: its CLI (parse_args) and main()."""
     return _load("fla_compare")
 
 
-# ---------------------------------------------------------------------------------------------- counting
+@pytest.fixture(scope="module")
+def lib():
+    """The study module the driver runs."""
+    return importlib.import_module("lethe.kernels.gdn.fla_compare")
 
 
 # ---------------------------------------------------------------------------------------------- plan, args
@@ -46,9 +51,9 @@ def test_gpu_defaults(fc):
     assert (d.dk, d.chunk, d.dtype, d.dvs) == (16, 16, "float32", [32, 16])
 
 
-def test_plan_priority(fc):
+def test_plan_priority(fc, lib):
     a = fc.parse_args(["--out", "x"])
-    tasks = fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)
+    tasks = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)
     names = [t.name for t in tasks]
     assert names[:2] == ["ceilings", "precompile 0"]
     # (a) core first: gdn and sgdn, both d_v, short length, then the long length
@@ -61,16 +66,13 @@ def test_plan_priority(fc):
     assert bench[:4] == [f"bench gdn V=128 T={T}" for T in (4096, 1024, 16384, 32768)]
     assert bench[4].startswith("bench sgdn V=128") and bench[8].startswith("bench gdn V=64")
     assert names[-1].startswith("bench_torch") and len(names) == len(set(names))
-    combos = fc.ours_combos(tasks)
+    combos = lib.ours_combos(tasks)
     assert (True, 128, 32768) in combos and (False, 128, 1024) in combos and (False, 128, 32768) not in combos
     # our kernels are compiled in two batches: what runs first, then (before the d_v = 64 sweep) the rest
     assert names[names.index("bench gdn V=64 T=4096") - 1] == "precompile 1"
     p0, p1 = (t.combos for t in tasks if t.kind == "precompile")
     assert (True, 128, 32768) in p0 and (True, 64, 1024) in p0 and (True, 64, 32768) not in p0
     assert (True, 64, 32768) in p1 and (False, 64, 1024) in p1 and set(p0) | set(p1) == set(combos)
-
-
-# ---------------------------------------------------------------------------------------------- autotune patch
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -87,7 +89,7 @@ def _env(monkeypatch, tmp_path):
     monkeypatch.setenv("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
 
-def test_dry_run_end_to_end(fc, tmp_path, monkeypatch):
+def test_dry_run_end_to_end(fc, lib, tmp_path, monkeypatch):
     _env(monkeypatch, tmp_path)
     doc = fc.main(["--dry-run", "--out", str(tmp_path), "--members", "gdn,sgdn", "--bench-members", "gdn",
                    "--dvs", "16", "--lengths", "48", "--bench-lengths", "32", "--head-tokens", "64", "--reps", "1",
@@ -100,7 +102,7 @@ def test_dry_run_end_to_end(fc, tmp_path, monkeypatch):
     assert {(r["impl"], r["member"]) for r in corr} == {(i, m) for i in ("ours", "torch") for m in ("gdn", "sgdn")}
     for r in corr:  # float32 on the interpreter: within float32 rounding of the float64 oracle
         assert r["status"] == "ok" and r["worst_rel_err"] < 1e-5 and r["within_pin"]
-        assert set(r["errors"]) == {"o"} | {"d" + n for n in fc.MEMBERS[r["member"]]["leaves"]}
+        assert set(r["errors"]) == {"o"} | {"d" + n for n in lib.MEMBERS[r["member"]]["leaves"]}
     assert {"dbeta", "dg"} <= set(next(r for r in corr if r["member"] == "sgdn")["errors"])
     chk = next(r for r in rows if r["kind"] == "bench_check")
     assert chk["vs_ours"]["impl"] == "torch" and chk["vs_ours"]["worst_rel_err"] < 1e-5
@@ -171,51 +173,51 @@ def test_backward_kernels_fit_sm90a_at_dk128(tmp_path):
         assert r["error"] is None and r["shared_bytes"] <= 232_448 and r["registers"] <= 255
 
 
-def test_caveats_separate_correctness_caps_from_bench_caps(fc, tmp_path):
+def test_caveats_separate_correctness_caps_from_bench_caps(fc, lib, tmp_path):
     args = fc.parse_args(["--out", str(tmp_path)])
-    run = fc.Run(args=args, out=tmp_path, device="cpu", dtype=None, g_dtype=None, K=128, C=64, impls=("ours", "fla"))
-    run.policy = fc.FlaAutotunePolicy()
+    run = lib.Run(args=args, out=tmp_path, device="cpu", dtype=None, g_dtype=None, K=128, C=64, impls=("ours", "fla"))
+    run.policy = lib.FlaAutotunePolicy()
     ev = lambda phase, n, of: {"phase": phase, "benchmarked": n, "after_fla_prune": of}  # noqa: E731
     run.policy.events = [ev("correct gdn V=128 T=1024", 2, 18), ev("bench gdn V=128 T=4096", 18, 18)]
-    text = " ".join(fc.caveats(run))
+    text = " ".join(lib.caveats(run))
     assert "part (a) ran fla with at most 2 configs" in text and "searched its full config lists" in text
     assert "CAPPED" not in text
     run.policy.events.append(ev("bench sgdn V=128 T=4096", 4, 18))
     run.rows.append({"member": "sgdn", "bypass_640": True})
-    text = " ".join(fc.caveats(run))
+    text = " ".join(lib.caveats(run))
     assert "CAPPED for 1 kernels" in text and "bypassed" in text and "['sgdn']" in text
 
 
 # ---------------------------------------------------------------------------------------------- native impl, gate
 
 
-def test_resolve_impls(fc):
-    assert fc.resolve_impls("auto", False, cuda=True, cute=True) == ("ours", "fla", "native")
-    assert fc.resolve_impls("auto", False, cuda=True, cute=False) == ("ours", "fla")
-    assert fc.resolve_impls("auto", False, cuda=False, cute=True) == ("ours", "fla")
-    assert fc.resolve_impls("auto", True, cuda=False, cute=True) == ("ours", "torch")  # dry: only if asked
-    assert fc.resolve_impls("native,ours", True, cuda=False, cute=False) == ("ours", "native")
-    assert fc.resolve_impls("fla,ours", False, cuda=True, cute=True) == ("ours", "fla")
+def test_resolve_impls(fc, lib):
+    assert lib.resolve_impls("auto", False, cuda=True, cute=True) == ("ours", "fla", "native")
+    assert lib.resolve_impls("auto", False, cuda=True, cute=False) == ("ours", "fla")
+    assert lib.resolve_impls("auto", False, cuda=False, cute=True) == ("ours", "fla")
+    assert lib.resolve_impls("auto", True, cuda=False, cute=True) == ("ours", "torch")  # dry: only if asked
+    assert lib.resolve_impls("native,ours", True, cuda=False, cute=False) == ("ours", "native")
+    assert lib.resolve_impls("fla,ours", False, cuda=True, cute=True) == ("ours", "fla")
     with pytest.raises(SystemExit):
-        fc.resolve_impls("ours,native", False, cuda=True, cute=False)
+        lib.resolve_impls("ours,native", False, cuda=True, cute=False)
     with pytest.raises(SystemExit):  # fla cannot run in the dry run
         fc.parse_args(["--out", "x", "--dry-run", "--impls", "ours,fla"])
     with pytest.raises(SystemExit):  # everything is checked against ours
         fc.parse_args(["--out", "x", "--impls", "fla,native"])
     a = fc.parse_args(["--out", "x"])
     assert a.native_head_tokens == a.torch_head_tokens == 2**16 and a.native_lengths == a.bench_lengths
-    assert not fc.native_in_main(a) and fc.NATIVE_MEMBERS >= {"gdn", "sgdn"}
-    assert fc.native_meta(a, ("ours", "fla")) is None
-    m = fc.native_meta(a, ("ours", "fla", "native"))
+    assert not lib.native_in_main(a) and lib.NATIVE_MEMBERS >= {"gdn", "sgdn"}
+    assert lib.native_meta(a, ("ours", "fla")) is None
+    m = lib.native_meta(a, ("ours", "fla", "native"))
     assert m == {"head_tokens": 2**16, "in_main_cells": False, "lengths": [4096, 1024, 16384, 32768],
                  "members": ["gdn", "sgdn"]}
     big = fc.parse_args(["--out", "x", "--native-head-tokens", str(2**20)])
-    assert fc.native_in_main(big) and fc.native_meta(big, ("ours", "native"))["head_tokens"] == 2**20
+    assert lib.native_in_main(big) and lib.native_meta(big, ("ours", "native"))["head_tokens"] == 2**20
 
 
-def test_plan_places_native_cells_after_the_sweep(fc):
+def test_plan_places_native_cells_after_the_sweep(fc, lib):
     a = fc.parse_args(["--out", "x", "--parts", "bench"])
-    tasks = fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts,
+    tasks = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts,
                     native_lengths=[1024, 4096])
     names = [t.name for t in tasks]
     nat = [n for n in names if n.startswith("bench_native")]
@@ -223,25 +225,25 @@ def test_plan_places_native_cells_after_the_sweep(fc):
     last_sweep = max(i for i, n in enumerate(names) if n.startswith("bench "))
     assert names.index(nat[0]) > last_sweep and names[-1].startswith("bench_torch")
     # without native lengths the plan is the old one: the native cells only add, in one place
-    without = [t.name for t in fc.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)]
+    without = [t.name for t in lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts)]
     assert [n for n in names if not n.startswith("bench_native")] == without
 
 
-def test_native_skip_reason_names_the_size(fc, tmp_path):
+def test_native_skip_reason_names_the_size(fc, lib, tmp_path):
     import torch
 
     args = fc.parse_args(["--out", str(tmp_path)])
-    run = fc.Run(args=args, out=tmp_path, device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
+    run = lib.Run(args=args, out=tmp_path, device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
                  impls=("ours", "fla"), bench_impls=("ours", "fla", "native"))
     (tmp_path / "rows.jsonl").touch()
-    fc.skip_native_at_size(run, "gdn", 128, 4096)
+    lib.skip_native_at_size(run, "gdn", 128, 4096)
     r = run.rows[-1]
     assert (r["kind"], r["impl"], r["cell"], r["B"], r["H"]) == ("skip", "native", "bench", 128, 2)
     assert "32 GiB" in r["reason"] and "65536" in r["reason"]
-    t = fc.task_fields(run, fc.Task("bench_native", "sgdn", 64, 32768))
+    t = lib.task_fields(run, lib.Task("bench_native", "sgdn", 64, 32768))
     assert (t["B"], t["cell"]) == (1, "bench_native") and t["counts"]["chunks"] == 2 * 512
-    assert fc.native_labels(run, 3)["native_k1"] == "cute-dsl" and fc.native_labels(run, 0)["native_k1"].startswith(
-        "torch scan") and fc.native_labels(run, None)["native_k1"].startswith("unknown")
+    assert lib.native_labels(run, 3)["native_k1"] == "cute-dsl" and lib.native_labels(run, 0)["native_k1"].startswith(
+        "torch scan") and lib.native_labels(run, None)["native_k1"].startswith("unknown")
 
 
 def test_append_splits_a_sweep_over_runs(fc, tmp_path, monkeypatch):
@@ -263,3 +265,101 @@ def test_append_splits_a_sweep_over_runs(fc, tmp_path, monkeypatch):
     assert doc["runs"] == 2 and {s["B"] for s in doc["speed"]} == {1, 2}  # both runs' cells in the summary
     prov = json.loads((tmp_path / "provenance.json").read_text())
     assert len(prov["previous_runs"]) == 1 and "previous_runs" not in prov["previous_runs"][0]
+
+
+# ---------------------------------------------------------------------------------------------- budget, rows
+
+
+def _run(fc, lib, tmp_path, *argv, **kw):
+    import torch
+
+    args = fc.parse_args(["--out", str(tmp_path), *argv])
+    (tmp_path / "rows.jsonl").touch()
+    return lib.Run(args=args, out=tmp_path, device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
+                   impls=kw.get("impls", ("ours", "fla")), bench_impls=kw.get("bench_impls", ("ours", "fla")))
+
+
+def test_estimates_shrink_with_what_is_compiled_and_tuned(fc, lib, tmp_path):
+    run = _run(fc, lib, tmp_path)
+    a = run.args
+    bench, corr = lib.Task("bench", "gdn", 128, 4096), lib.Task("correct", "gdn", 128, 1024)
+    assert lib.estimate_s(run, lib.Task("ceilings")) == 10.0
+    assert lib.estimate_s(run, lib.Task("precompile", V=0)) == 0.0  # nothing to compile
+    assert lib.estimate_s(run, lib.Task("precompile", V=0, combos=((True, 128, 4096),))) == a.est_precompile_s
+    cold = lib.estimate_s(run, bench)
+    assert cold == a.est_ours_compile_s + a.est_fla_tune_s + a.est_fla_retune_s + a.est_bench_cell_s
+    run.seen |= {("ours", 128), ("fla", "gdn", 128), ("fla_tuned_at_bench", "gdn", 128)}
+    assert lib.estimate_s(run, bench) == 6.0 + 2.0 + a.est_bench_cell_s
+    run.seen.add(("ours", 128, 4096 // 64))
+    assert lib.estimate_s(run, bench) == 1.0 + 2.0 + a.est_bench_cell_s
+    assert lib.estimate_s(run, corr) == 6.0 + 2.0 + 2.0 + 3.0  # ours compiled for d_v only, fla tuned
+
+
+def test_run_plan_records_skips_errors_and_the_kill(fc, lib, tmp_path, monkeypatch):
+    run = _run(fc, lib, tmp_path, "--budget-s", "100")
+    run.policy = lib.FlaAutotunePolicy()
+    run.policy.installed, undone = True, []
+    run.policy._restore = (type("C", (), {}), None, None, None)
+    monkeypatch.setattr(run.policy, "uninstall", lambda: undone.append(True))
+    tasks = [lib.Task("bench", "gdn", 128, T) for T in (1024, 2048, 4096, 8192, 16384)]
+    ran = []
+
+    def fake_run_task(run_, task):
+        ran.append(task.T)
+        if task.T == 2048:
+            raise ValueError("planted")
+        if task.T == 8192:
+            raise lib.BudgetKill("signal 15")
+
+    monkeypatch.setattr(lib, "run_task", fake_run_task)
+    monkeypatch.setattr(lib, "estimate_s", lambda run_, t: 1e9 if t.T == 4096 else 0.0)
+    assert lib.run_plan(run, tasks) is False
+    assert ran == [1024, 2048, 8192] and undone == [True]
+    rows = run.rows
+    assert [r["kind"] for r in rows] == ["task_done", "task_error", "task_done", "skip", "killed"]
+    err = rows[1]
+    assert err["error"] == "ValueError: planted" and "planted" in err["trace"] and err["T"] == 2048
+    assert err["counts"]["chunks"] == 2 * 2048 // 64 * (2**20 // (2 * 2048))  # where it would have landed
+    assert rows[3]["reason"] == "budget" and rows[3]["estimate_s"] == 1e9 and rows[3]["T"] == 4096
+    assert rows[4]["reason"] == "signal 15"
+    assert json.loads((tmp_path / "summary.json").read_text())["complete"] is False  # rewritten per task
+    assert [json.loads(x)["kind"] for x in (tmp_path / "rows.jsonl").read_text().splitlines()] == [
+        r["kind"] for r in rows]
+
+
+def test_timing_rows_carry_counts_and_both_floors(fc, lib, tmp_path):
+    run = _run(fc, lib, tmp_path)
+    _, counts, base = lib.bench_base(run, "gdn", 128, 4096)
+    assert base["B"] == 2**20 // (2 * 4096) and base["cell"] == "bench" and base["counts"] is counts
+    samples = {"bwd": [2.0, 1.0, 3.0], "fwd": [1.0, 1.0, 1.0], "total": [3.0, 2.0, 4.0]}
+    rows = lib.timing_rows(run, "ours", base, counts, samples, 1, 3, 1.5, False, None)
+    assert [r["mode"] for r in rows] == ["bwd", "fwd", "fwd+bwd"]
+    bwd, _, tot = rows
+    assert bwd["median_ms"] == 2.0 and bwd["flops"] == counts["bwd_flops"] and "bytes_with_states" in bwd
+    assert tot["flops"] == counts["fwd_flops"] + counts["bwd_flops"] and "bytes_with_states" not in tot
+    assert "floor_ms" not in bwd and bwd["over_floor_spec"] == pytest.approx(2.0 / bwd["floor_spec_ms"])
+    run.ceilings = {"measured": True, "bf16_matmul_tflops": 700.0, "copy_tbps": 4.0}
+    bwd = lib.timing_rows(run, "ours", base, counts, samples, 1, 3, 1.5, False, None)[0]
+    floor = max(counts["bwd_flops"] / 700e12, counts["bwd_bytes"] / 4e12) * 1e3
+    assert bwd["floor_ms"] == pytest.approx(floor) and bwd["floor_basis"] == "measured bf16 matmul + copy"
+    assert lib.native_pair_gib(counts, 128) == pytest.approx(counts["chunks"] * 64**2 * 128 * 4 / 2**30)
+
+
+def test_resource_errors_are_what_a_capped_config_list_meets(lib):
+    assert lib._resource_error(RuntimeError("triton.runtime.errors.OutOfResources: out of resource: shared"))
+    assert lib._resource_error(type("PTXASError", (Exception,), {})("ptxas failed"))
+    assert not lib._resource_error(ValueError("shape mismatch"))
+
+
+def test_summary_ratios_per_cell_and_size(fc, lib, tmp_path):
+    run = _run(fc, lib, tmp_path)
+    for impl, ms in (("ours", 3.0), ("fla", 2.0), ("native", 8.0)):
+        for B in (1, 2):
+            run.rows.append({"kind": "bench", "status": "ok", "impl": impl, "member": "gdn", "V": 128, "T": 4096,
+                             "B": B, "mode": "bwd", "median_ms": ms * B})
+    run.rows.append({"kind": "meta"})
+    doc = lib.summarize(run, complete=True)
+    assert doc["schema"] == lib.SCHEMA == "lethe.gdn.fla_compare/1" and doc["runs"] == 1
+    assert [(s["B"], s["fla_over_ours"], s["native_over_fla"]) for s in doc["speed"]] == [(1, 2 / 3, 4.0),
+                                                                                           (2, 2 / 3, 4.0)]
+    assert json.loads((tmp_path / "summary.json").read_text())["speed"] == doc["speed"]
