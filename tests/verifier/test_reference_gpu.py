@@ -20,9 +20,10 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 # KernelBench level-1 problems of each kind the brief names: a matmul, a softmax, a convolution, a reduction.
 PROBLEMS = ("level1/2_Standard_matrix_multiplication_.py", "level1/23_Softmax.py",
             "level1/63_conv_standard_2D__square_input__square_kernel.py", "level1/47_Sum_reduction_over_a_dimension.py")
-# What the reference computes (outputs, gradients, the flush-to-zero and sensitivity arrays); everything else it
-# returns (inputs, weights, upstream gradients) is drawn on the CPU and must be identical bytes.
-COMPUTED = ("ref", "gin", "gpar/", "ftz", "sens")
+# What the reference computes (outputs, gradients, the flush-to-zero, sensitivity and conditioning-spread arrays);
+# everything else it returns (inputs, weights, upstream gradients) is drawn on the CPU and must be identical bytes.
+COMPUTED = ("ref", "gin", "ftz", "sens", "cond", "gcond")
+COMPUTED_DIRS = ("/gpar/", "/gcondpar/")
 # "To float64 rounding": a difference of at most this many float64 epsilons of the array's own scale (the
 # largest magnitude the CPU reference has there). A float32 computation misses it by about 1e9.
 ROUNDING_EPS = 2000
@@ -60,10 +61,16 @@ def _reference(src: str, device: str):
 
 
 def _scale_key(key: str) -> str:
-    """The array whose scale bounds ``key``'s rounding: a sensitivity is a difference of outputs, so it is
-    bounded by its output's scale; everything else by its own."""
+    """The array whose scale bounds ``key``'s rounding: a sensitivity or a conditioning spread is a difference of
+    two evaluations, so it is bounded by the scale of what was evaluated (output k, input j's gradient, a
+    parameter's gradient); everything else by its own."""
+    if "/gcondpar/" in key:
+        return key.replace("/gcondpar/", "/gpar/")
     head, _, tail = key.rpartition("/")
-    return f"{head}/ref{tail[4:]}" if tail.startswith("sens") else key
+    for prefix, base in (("sens", "ref"), ("gcond", "gin"), ("cond", "ref")):
+        if tail.startswith(prefix):
+            return f"{head}/{base}{tail[len(prefix):]}"
+    return key
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
@@ -78,7 +85,7 @@ def test_cuda_reference_equals_the_cpu_reference_to_float64_rounding(problem):
         x, y = a_cpu[k], a_gpu[k]
         assert x.shape == y.shape and x.dtype == y.dtype, k
         name = k.rsplit("/", 1)[-1]
-        if not (name.startswith(COMPUTED) or "/gpar/" in k):
+        if not (name.startswith(COMPUTED) or any(d in k for d in COMPUTED_DIRS)):
             assert x.tobytes() == y.tobytes(), f"{k}: drawn on the CPU, must not depend on the reference device"
             continue
         if x.dtype.kind != "f":
