@@ -26,7 +26,7 @@ def test_verify_json_pass(files, local_sandbox, capsys):
     code = cli.main(["verify", ref, cand, "--device", "cpu", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["verdict"] == "pass"
-    assert set(out["gates"]) == set(api.G.GATE_IDS)
+    assert set(out["gates"]) == set(api.battery.GATE_IDS)
     assert out["gates"]["CMP-01"]["status"] == "pass"
 
 
@@ -238,3 +238,36 @@ def test_replay_missing_rows_file_is_one_line_exit_2(tmp_path, capsys):
     assert cli.main(["replay", str(tmp_path / "none.parquet"), "x", "CMP-01"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and "not found" in err, err
+
+
+def _torch_after(script: str) -> bool:
+    """Whether a fresh interpreter has imported torch after running ``script`` (which may raise SystemExit)."""
+    code = (f"import sys\ntry:\n    exec({script!r})\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.stderr.strip().splitlines()[-1] in ("True", "False"), res.stderr
+    return res.stderr.strip().splitlines()[-1] == "True"
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["verify", "--help"], ["replay", "--help"],
+                                  ["repro", "--help"], ["audit", "--help"]])
+def test_version_and_help_do_not_import_torch(argv):
+    """Parsing arguments (and every subcommand's parser) must not cost a torch import: seconds per call."""
+    assert not _torch_after(f"from lethe.cli import main; main({argv!r})")
+
+
+def test_reading_rows_does_not_import_torch(tmp_path):
+    rows = tmp_path / "rows.parquet"
+    script = (f"from lethe import cli; from lethe.verifier import records\n"
+              f"records.write_rows([records.make_row(id='k')], {str(rows)!r})\n"
+              f"assert cli._one_row('replay', {str(rows)!r}, 'k', None)['id'] == 'k'")
+    assert not _torch_after(script)
+
+
+@pytest.mark.slow
+def test_verify_process_does_not_import_torch(files):
+    """``lethe verify`` leaves torch to its sandboxed processes, the grading one included (grade_isolated)."""
+    ref, cand = files("ref.py", K.SCALE_REF), files("cand.py", K.SCALE_DOUBLE)
+    script = (f"from lethe.cli import main\n"
+              f"assert main(['verify', {ref!r}, {cand!r}, '--device', 'cpu', '--json']) == 1")
+    assert not _torch_after(script)

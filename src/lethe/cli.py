@@ -46,7 +46,7 @@ def _one_row(cmd: str, rows_path: str, row_id: str, profile: str | None):
 
 def _read(command: str, label: str, path: str):
     """The decoded source at ``path`` (as Python decodes it), or the exit code of a one-line error."""
-    from lethe.verifier.reference import read_source
+    from lethe.verifier.sources import read_source
 
     try:
         return read_source(path)
@@ -99,9 +99,10 @@ def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: 
 def cmd_verify(args: argparse.Namespace) -> int:
     from lethe.sandbox.runner import warm_up
 
-    # The sandbox's zygotes import torch while this process imports the verifier: the CPU one (the reference's
-    # on the CPU, a Triton candidate's ahead-of-time pass) and, when the device is known without importing torch,
-    # the candidate's, which a reference on CUDA shares (same preload and startup environment).
+    # The sandbox's zygotes import torch while this process reads the sources; this process never imports it (it
+    # grades in a process forked from the CPU zygote: grade_isolated). The CPU zygote serves the reference on the
+    # CPU, a Triton candidate's ahead-of-time pass and the grading; when the device is known without importing
+    # torch, the candidate's is started too, which a reference on CUDA shares (same preload and environment).
     warm_up("cpu")
     guess = args.device if args.device != "auto" else ("cuda" if os.path.exists("/dev/nvidiactl") else "cpu")
     if guess != "cpu":
@@ -118,7 +119,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         return cand_src
     gates = None
     if args.gates:
-        from lethe.verifier.gates import GATE_IDS
+        from lethe.verifier.battery import GATE_IDS
 
         gates = [g.strip().upper() for g in args.gates.split(",") if g.strip()]
         unknown = [g for g in gates if g not in GATE_IDS]
@@ -127,7 +128,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     kw = dict(profile=args.profile, device=args.device, seed=args.seed, timeout_s=args.timeout,
               kernel_id=args.id or default_id(args.cand, cand_src), corpus=args.corpus,
               ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
-              reference_device=args.reference_device,
+              reference_device=args.reference_device, grade_isolated=True,
               sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
     if args.tiered:
         if gates:
@@ -199,7 +200,7 @@ def api_default(name: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from lethe import __version__
-    from lethe.verifier.gates import GATE_IDS
+    from lethe.verifier.battery import GATE_IDS
     from lethe.verifier.profiles import PROFILES
     from lethe.verifier.verdict import EXIT_CODES
 

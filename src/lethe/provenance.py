@@ -82,29 +82,29 @@ def gpu_info(driver: bool = True) -> dict[str, Any]:
 LIBRARIES = ("torch", "triton", "numpy", "pandas")
 
 
-def library_versions() -> dict[str, str | None]:
-    """Python's and each of ``LIBRARIES``' version (None when not installed). A library this process has not
-    imported is read from its installed distribution's metadata instead of being imported for its
-    ``__version__`` (importing pandas and triton only to read a string cost a cold verification a few tenths of a
-    second); the two
-    agree for these libraries (tests/test_provenance.py checks it on the installed ones)."""
+def library_version(name: str) -> str | None:
+    """One library's version (None when not installed). A library this process has not imported is read from
+    its installed distribution's metadata instead of being imported for its ``__version__`` (importing torch,
+    pandas or triton only to read a string costs seconds); the two agree for ``LIBRARIES``
+    (tests/test_provenance.py checks it on the installed ones)."""
     from importlib import metadata
 
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in LIBRARIES:
-        module = sys.modules.get(name)
-        if module is not None:
-            versions[name] = getattr(module, "__version__", None)
-            continue
+    module = sys.modules.get(name)
+    if module is not None:
+        return getattr(module, "__version__", None)
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        # Installed under another distribution name (pytorch-triton, say), or not at all: ask the module.
         try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            # Installed under another distribution name (pytorch-triton, say), or not at all: ask the module.
-            try:
-                versions[name] = getattr(__import__(name), "__version__", None)
-            except ImportError:
-                versions[name] = None
-    return versions
+            return getattr(__import__(name), "__version__", None)
+        except ImportError:
+            return None
+
+
+def library_versions() -> dict[str, str | None]:
+    """Python's and each of ``LIBRARIES``' version (:func:`library_version`)."""
+    return {"python": platform.python_version(), **{name: library_version(name) for name in LIBRARIES}}
 
 
 def collect(command: str | None = None, **extra: Any) -> dict[str, Any]:

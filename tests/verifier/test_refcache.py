@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from lethe.sandbox import isolation
-from lethe.verifier import api, records, refcache
-from lethe.verifier import probes as P
+from lethe.verifier import api, battery, records, refcache
 
 HOSTILE = Path(__file__).resolve().parents[2] / "data" / "hostile"
 needs_isolation = pytest.mark.skipif(isolation.unavailable_reason() is not None, reason="needs OS isolation (root)")
@@ -62,7 +61,7 @@ def test_any_key_change_misses(cache, monkeypatch):
     assert refcache.load(k) is not None
     assert refcache.load(refcache.key((HOSTILE / "ref.py").read_text() + "\n", 2, ["CMP-01", "EXC-01"], False)) is None
     assert refcache.load(refcache.key((HOSTILE / "ref.py").read_text(), 3, ["CMP-01", "EXC-01"], False)) is None
-    monkeypatch.setattr(P, "PLAN_VERSION", P.PLAN_VERSION + "-changed")
+    monkeypatch.setattr(battery, "PLAN_VERSION", battery.PLAN_VERSION + "-changed")
     assert refcache.key((HOSTILE / "ref.py").read_text(), 2, ["CMP-01", "EXC-01"], False) != k
 
 

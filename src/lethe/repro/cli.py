@@ -16,7 +16,7 @@ from pathlib import Path
 
 
 def add_subcommand(sub) -> None:
-    from lethe.repro.core import DEFAULT_BUDGET_S, SUPPORTED_GATES
+    from lethe.repro.scope import DEFAULT_BUDGET_S, SUPPORTED_GATES
 
     p = sub.add_parser("repro", help="write a minimised, standalone failing case (pytest + tensor file) for one "
                                      "failed gate of one recorded row")

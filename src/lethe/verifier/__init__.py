@@ -4,6 +4,7 @@ Entry points: :func:`lethe.verifier.api.verify` (one row), :func:`lethe.verifier
 CLI (``lethe verify``, ``lethe replay``). See docs/verifier.md.
 """
 
-from lethe.verifier.gates import GATE_IDS
+# From the torch-free module: importing any lethe.verifier submodule runs this file first.
+from lethe.verifier.battery import GATE_IDS
 
 __all__ = ["GATE_IDS"]

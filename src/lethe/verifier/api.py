@@ -1,4 +1,5 @@
-"""verify(): reference process first, then one candidate process, then pure grading in this process.
+"""verify(): reference process first, then one candidate process, then pure grading (in this process, or in a
+sandboxed one with ``grade_isolated``: :func:`grade`).
 
 Order matters and is enforced here: the float64 reference runs (or is fetched from the cache) before the
 candidate is loaded, in a different sandboxed process; the candidate process receives inputs, reference weights
@@ -9,15 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 import re
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lethe.sandbox import extensions
-from lethe.verifier import gates as G
-from lethe.verifier import probes as P
+from lethe.verifier import battery
 from lethe.verifier import profiles as PR
 from lethe.verifier import records as R
 from lethe.verifier import tolerance as T
@@ -35,8 +37,16 @@ def _sandbox():
     return run_isolated
 
 
+# Device nodes the CUDA (NVIDIA) and ROCm drivers need: without any of them no GPU is available to torch.
+_GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/kfd")
+
+
 def resolve_device(device: str) -> str:
+    """"cpu" or "cuda"; "auto" is "cuda" when torch sees a GPU. A process that has not imported torch and has
+    no GPU driver device node answers "cpu" without importing it (torch would say the same, seconds later)."""
     if device == "auto":
+        if "torch" not in sys.modules and not any(os.path.exists(n) for n in _GPU_DEVICE_NODES):
+            return "cpu"
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -84,7 +94,7 @@ def environment(device: str) -> dict:
     from lethe.provenance import gpu_info, library_versions
 
     env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
-           "plan": P.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
+           "plan": battery.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
            "verifier_code": code_digest()}
     if device == "cuda":
         info = gpu_info(driver=False)
@@ -131,7 +141,7 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"reference device must be cpu or cuda, got {device!r}")
-    key = _sha(json.dumps([_sha(ref_src), seed, P.PLAN_VERSION, sorted(only_gates or []), interpret, device]))
+    key = _sha(json.dumps([_sha(ref_src), seed, battery.PLAN_VERSION, sorted(only_gates or []), interpret, device]))
     if key in _REF_CACHE:
         return _REF_CACHE[key]
     disk_key = None
@@ -179,7 +189,7 @@ def _reference_process(ref_src: str, seed: int, only_gates, interpret: bool, tim
                                            "interpret": interpret, "device": device,
                                            "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=device,
-                                  max_file_mb=P.REF_RESULT_MB)
+                                  max_file_mb=battery.REF_RESULT_MB)
 
 
 def cuda_fallback_reason(res, result: dict) -> str | None:
@@ -232,7 +242,7 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
            op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
            constants: T.Constants = T.DEFAULT, runner=None, ref_timeout_s: float = REF_TIMEOUT_S,
            ref_memory_mb: int = REF_MEMORY_MB, build_timeout_s: float = BUILD_TIMEOUT_S,
-           ext_store: str | None = None, reference_device: str = "auto") -> dict:
+           ext_store: str | None = None, reference_device: str = "auto", grade_isolated: bool = False) -> dict:
     """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
@@ -240,13 +250,14 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
     ``ref_timeout_s``/``ref_memory_mb`` the float64 reference's, ``build_timeout_s`` a CUDA candidate's
     extension build step (``ext_store``: where builds are kept, see :mod:`lethe.sandbox.extensions`).
     ``reference_device`` says where the float64 reference runs (:func:`resolve_reference_device`).
+    ``grade_isolated`` grades in a sandboxed process of its own (:func:`grade`), so this one need not import torch.
     """
     return verify_profiles(ref_src, cand_src, profiles=[profile], device=device, seed=seed, timeout_s=timeout_s,
                            memory_mb=memory_mb, kernel_id=kernel_id, corpus=corpus, op_class=op_class,
                            only_gates=only_gates, sources=sources, constants=constants, runner=runner,
                            ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb,
                            build_timeout_s=build_timeout_s, ext_store=ext_store,
-                           reference_device=reference_device)[0]
+                           reference_device=reference_device, grade_isolated=grade_isolated)[0]
 
 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
@@ -256,7 +267,7 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                     aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None,
                     ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB,
                     build_timeout_s: float = BUILD_TIMEOUT_S, ext_store: str | None = None,
-                    reference_device: str = "auto") -> list[dict]:
+                    reference_device: str = "auto", grade_isolated: bool = False) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -266,6 +277,9 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
     ``timings``, when given, receives wall-clock seconds per phase (reference, candidate, aot, grade; the
     reference phase is ~0 on a cache hit): diagnostics for throughput work, never part of a row.
+
+    ``grade_isolated``: grade in a sandboxed process (:func:`grade`) rather than in this one, which then never
+    imports torch; for a process that verifies once (the ``lethe verify`` command), not for a long-lived one.
     """
     t0 = time.perf_counter()
     phase = timings if timings is not None else {}
@@ -371,19 +385,72 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
     aliasing = any(p.get("alias_input") or p.get("alias_param") or p.get("overwritten_by_later_call")
                    for p in cand.get("probes", {}).values() if isinstance(p, dict))
+    graded = grade(rres, rarr, cand, cres.arrays or {}, profs, seed=int(seed), device=dev, constants=constants,
+                   only_gates=only_gates, isolated=grade_isolated, runner=runner, timeout_s=ref_timeout_s,
+                   memory_mb=ref_memory_mb, timings=phase)
     rows = []
-    memo: dict = {}
     for prof in profs:
-        bundle = G.Bundle(ref=rres, ref_arrays=rarr, cand=cand, cand_arrays=cres.arrays or {}, profile=prof,
-                          seed=int(seed), device=dev, constants=constants, memo=memo)
-        results = G.grade(bundle, only=only_gates)
         rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
                                seconds=round(time.perf_counter() - t0, 3),
-                               status="gated", gates={g: r.to_row() for g, r in results.items()},
+                               status="gated", gates=graded[prof.name],
                                compile_seconds=round(cand.get("compile_seconds", 0) + build.get("seconds", 0.0), 3),
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
     lap("grade_s", t1)
     return rows
+
+
+def grade(ref: dict, ref_arrays: dict, cand: dict, cand_arrays: dict, profs: list, *, seed: int, device: str,
+          constants: T.Constants = T.DEFAULT, only_gates: list[str] | None = None, isolated: bool = False,
+          runner=None, timeout_s: float = REF_TIMEOUT_S, memory_mb: int = REF_MEMORY_MB,
+          timings: dict | None = None) -> dict[str, dict]:
+    """Every profile's gate rows (profile name -> gate id -> row) from one reference and one candidate run,
+    sharing one comparison memo.
+
+    In this process, or with ``isolated`` in a sandboxed process (``lethe.verifier.gates:grade_process``, forked
+    from the zygote that has torch imported): the same code on the same arrays and JSON results, so the same
+    rows, and this process never imports torch. That process runs only our grading code on data; if it cannot
+    deliver (any failure, a gate that ran out of memory under its cap, a profile or constants it cannot be sent),
+    the grading is done here, so where it ran never changes a verdict. ``timings`` receives ``grade_where``."""
+    sendable = (isinstance(constants, T.Constants)
+                and all(PR.PROFILES.get(getattr(p, "name", None)) == p for p in profs))
+    if isolated and sendable:
+        arrays = {**{f"r/{k}": v for k, v in ref_arrays.items()}, **{f"c/{k}": v for k, v in cand_arrays.items()}}
+        res = (runner or _sandbox())("lethe.verifier.gates:grade_process",
+                                     payload={"ref": ref, "cand": cand, "profiles": [p.name for p in profs],
+                                              "seed": int(seed), "device": device,
+                                              "constants": T.as_dict(constants), "only_gates": only_gates,
+                                              "threads": _grading_threads()},
+                                     arrays=arrays, timeout_s=timeout_s, memory_mb=memory_mb, device="cpu",
+                                     env={"TRITON_INTERPRET": None})
+        out = (res.result or {}).get("gates") if res.status == "ok" else None
+        if isinstance(out, dict) and set(out) == {p.name for p in profs} and not (res.result or {}).get("memory_error"):
+            if timings is not None:
+                timings["grade_where"] = "sandboxed process"
+            return out
+        if timings is not None:
+            timings["grade_where"] = f"here (the grading process: {res.status} {str(res.detail)[:200]})"
+    from lethe.verifier import gates as G
+
+    memo: dict = {}
+    out = {}
+    for prof in profs:
+        bundle = G.Bundle(ref=ref, ref_arrays=ref_arrays, cand=cand, cand_arrays=cand_arrays, profile=prof,
+                          seed=int(seed), device=device, constants=constants, memo=memo)
+        out[prof.name] = {g: r.to_row() for g, r in G.grade(bundle, only=only_gates).items()}
+    if timings is not None:
+        timings.setdefault("grade_where", "here")
+    return out
+
+
+def _grading_threads() -> int:
+    """The torch threads grading would have here (OMP_NUM_THREADS, else this process's CPUs): large outputs are
+    compared with torch on the host's cores (gates.TORCH_COMPARE_MIN_NUMEL), and a sandboxed child starts
+    single-threaded. Speed only: grading's results do not depend on the thread count."""
+    try:
+        n = int(os.environ.get("OMP_NUM_THREADS", ""))
+    except ValueError:
+        n = 0
+    return n if n > 0 else len(os.sched_getaffinity(0))
 
 
 def _aot_pass(cand_src: str, rres: dict, send: dict, seed: int, targets, timeout_s: float, memory_mb: int,
@@ -437,7 +504,7 @@ def failed_gates(row: dict) -> list[str]:
 
 def verify_files(ref_path: str | Path, cand_path: str | Path, **kw) -> dict:
     """verify() on two source files, decoded as Python decodes them (BOM, PEP 263 coding line)."""
-    from lethe.verifier.reference import read_source
+    from lethe.verifier.sources import read_source
 
     ref_path, cand_path = Path(ref_path), Path(cand_path)
     kw.setdefault("sources", {"ref_path": str(ref_path), "cand_path": str(cand_path)})
@@ -456,7 +523,7 @@ def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str 
     new = verify_files(rp, cp, profile=row["profile"], device=row["device"], seed=int(row["seed"]),
                        kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner)
     old_g, new_g = row["gates"][gate], new["gates"][gate]
-    from lethe.verifier.reference import read_source
+    from lethe.verifier.sources import read_source
 
     same_src = (_sha(read_source(rp)) == src.get("ref_sha256")
                 and _sha(read_source(cp)) == src.get("cand_sha256"))

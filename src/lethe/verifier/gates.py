@@ -19,10 +19,8 @@ import numpy as np
 import torch
 
 from lethe.verifier import tolerance as tol
+from lethe.verifier.battery import GATE_IDS
 from lethe.verifier.profiles import Profile
-
-GATE_IDS = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "ORD-02", "ORD-03",
-            "PRC-01", "PRC-02", "EXC-01", "EXC-02", "RES-01", "RES-02")
 
 
 @dataclass
@@ -776,3 +774,27 @@ def grade(b: Bundle, only: list[str] | None = None) -> dict[str, GateResult]:
         except Exception as exc:  # noqa: BLE001 - a verifier bug must show up as "error", not a pass
             out[gid] = GateResult("error", f"gate raised {type(exc).__name__}: {exc}"[:400], {}, b.seed)
     return out
+
+
+def grade_process(payload: dict, arrays: dict[str, np.ndarray], work) -> tuple[dict, dict]:
+    """Sandbox entry point of ``lethe.verifier.api.grade(..., isolated=True)``: :func:`grade` for every profile
+    named in ``payload``, over the reference's (``r/``) and the candidate's (``c/``) arrays, one memo shared as
+    in-process. Trusted code on data only: it never imports or runs a candidate. ``memory_error`` says a gate
+    ran out of memory under the sandbox's cap, which the caller answers by grading in its own process."""
+    from lethe.verifier import profiles as PR
+
+    torch.set_num_threads(max(1, int(payload.get("threads") or 1)))
+    ref_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("r/")}
+    cand_arrays = {k[2:]: v for k, v in arrays.items() if k.startswith("c/")}
+    constants = tol.Constants(**payload["constants"])
+    memo: dict = {}
+    out: dict[str, dict] = {}
+    memory_error = False
+    for name in payload["profiles"]:
+        b = Bundle(ref=payload["ref"], ref_arrays=ref_arrays, cand=payload["cand"], cand_arrays=cand_arrays,
+                   profile=PR.get(name), seed=int(payload["seed"]), device=payload["device"], constants=constants,
+                   memo=memo)
+        results = grade(b, only=payload["only_gates"])
+        memory_error |= any(r.reason.startswith("gate raised MemoryError") for r in results.values())
+        out[name] = {g: r.to_row() for g, r in results.items()}
+    return {"gates": out, "memory_error": memory_error}, {}

@@ -33,11 +33,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lethe.verifier import tolerance as tol
+from lethe.verifier.battery import PLAN_VERSION, REF_RESULT_MB  # noqa: F401 - probes.PLAN_VERSION stays valid
 
-# /2: the ORD-03 "offset" probe; /3: shape and long variants at every size under a per-problem cost budget
-# (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
-PLAN_VERSION = "lethe.plan/4"  # /4: cond/gcond spreads (conditioning floor of CMP-01/02); /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
-REF_RESULT_MB = 8192  # the reference process's result file cap (RLIMIT_FSIZE), which Budget.result_mb plans within
 # The Triton CPU interpreter runs every program of the grid in Python, so there the candidate, not the float64
 # reference, is the expensive side (Budget.interpret_mult states the rule).
 NUMEL_CAP_INTERPRET = 1 << 15

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lethe.verifier.gates import GATE_IDS
+from lethe.verifier.battery import GATE_IDS
 
 SCHEMA_VERSION = "lethe.verdict/2"  # /2: isolation, tamper_proof (what the OS enforced on the sandboxed processes)
 ROW_STATUSES = ("gated", "compile_fail", "load_fail", "ref_broken", "not_auditable", "timeout", "crash")

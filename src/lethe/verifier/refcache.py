@@ -52,16 +52,14 @@ def cache_dir() -> Path | None:
 def key(ref_src: str, seed: int, only_gates: list[str] | None, interpret: bool, device: str = "cpu") -> str:
     """The entry's name: a SHA-256 over everything the result depends on (module docstring), the reference's
     device included (a CUDA reference equals the CPU one to float64 rounding, not bit for bit)."""
-    import numpy
-    import torch
-
     from lethe import __version__
-    from lethe.verifier import api
-    from lethe.verifier import probes as P
+    from lethe.provenance import library_version
+    from lethe.verifier import api, battery
 
-    parts = [CACHE_FORMAT, hashlib.sha256(ref_src.encode()).hexdigest(), int(seed), P.PLAN_VERSION,
+    # The versions as the modules state them, read without importing torch into a process that never needs it.
+    parts = [CACHE_FORMAT, hashlib.sha256(ref_src.encode()).hexdigest(), int(seed), battery.PLAN_VERSION,
              sorted(only_gates or []), bool(interpret), __version__, api.code_digest(), platform.machine(),
-             torch.__version__, numpy.__version__, device]
+             library_version("torch"), library_version("numpy"), device]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 

@@ -31,7 +31,6 @@ report is kept (the reference's own limit); if it runs, the whole run ends with 
 from __future__ import annotations
 
 import copy
-import importlib.util
 import math
 import os
 import random
@@ -50,6 +49,7 @@ import torch
 
 from lethe.verifier import probes as P
 from lethe.verifier import tolerance as tol
+from lethe.verifier.sources import read_source  # noqa: F401 - reference.read_source stays valid
 
 TDT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
 
@@ -159,13 +159,6 @@ def _file_bytes(src: str) -> bytes:
         return src.encode("utf-8" if enc == "utf-8-sig" else enc)
     except (SyntaxError, LookupError, UnicodeEncodeError):
         return src.encode("utf-8", errors="surrogatepass")
-
-
-def read_source(path: str | Path) -> str:
-    """A Python source file's text decoded as the interpreter decodes it: a UTF-8 byte-order mark, or the
-    encoding a PEP 263 coding line names, else UTF-8 (``importlib.util.decode_source``). Raises OSError when
-    the file cannot be read, SyntaxError or UnicodeDecodeError when its bytes do not decode."""
-    return importlib.util.decode_source(Path(path).read_bytes()).removeprefix("\ufeff")
 
 
 def flatten(out: Any) -> list[torch.Tensor]:

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     from lethe import provenance
-    from lethe.verifier.reference import read_source
+    from lethe.verifier.sources import read_source
 
     ap = argparse.ArgumentParser(prog="python -m lethe.verifier.tiers", description="time each tier")
     ap.add_argument("members", nargs="+", help="red-team member folders (ref.py + cand.py)")
