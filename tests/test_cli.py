@@ -162,6 +162,7 @@ def test_missing_input_file_is_one_line_exit_2(files, tmp_path, capsys, which):
     assert "Traceback" not in cap.err
 
 
+@pytest.mark.slow
 def test_missing_input_file_end_to_end_has_no_traceback(tmp_path):
     res = _lethe("verify", str(tmp_path / "a.py"), str(tmp_path / "b.py"), timeout=300)
     assert res.returncode == 2, res.stderr

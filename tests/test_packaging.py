@@ -42,6 +42,7 @@ def test_library_dependencies_are_lower_bounds_and_pins_live_in_constraints():
     assert (ROOT / "LICENSE").is_file()
 
 
+@pytest.mark.slow
 def test_sources_need_nothing_newer_than_the_oldest_admitted_python():
     oldest = _pyproject()["project"]["requires-python"].split(",")[0].lstrip(">=").strip()
     vermin = Path(sys.executable).with_name("vermin")

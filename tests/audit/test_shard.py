@@ -108,6 +108,7 @@ def test_parquet_roundtrip_and_gather(tmp_path):
         S.gather(parts + parts[:1], tmp_path / "dup.parquet")
 
 
+@pytest.mark.slow
 def test_kill_and_resume(tmp_path):
     """SIGKILL the shard process mid-run; the rerun finishes without redoing or losing a finished row."""
     corpus = corpus_file(tmp_path / "c.parquet", 12)
@@ -241,6 +242,7 @@ def test_resume_over_bad_lines_keeps_valid_rows(tmp_path):
     assert calls == ["2", "3"] and [r["id"] for r in rows] == ["0", "1", "2", "3"]
 
 
+@pytest.mark.slow
 def test_kernel_that_kills_its_shard_costs_its_own_row(tmp_path):
     """A verify call that SIGKILLs the shard process on one kernel: the shard is restarted until it
     finishes. After max_attempts deaths on that kernel it gets a crash row saying so; every other kernel

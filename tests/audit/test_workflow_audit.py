@@ -44,6 +44,7 @@ def _cmd(workdir, *flags):
             "--", "results/audit/fixture/aggregates.json"]
 
 
+@pytest.mark.slow
 def test_snakemake_audit_fixture_kill_and_resume(workdir):
     env = dict(os.environ, OMP_NUM_THREADS="1", LETHE_FAKE_VERIFY_SLEEP="0.2",
                LETHE_FAKE_VERIFY_LOG=str(workdir / "calls.log"))

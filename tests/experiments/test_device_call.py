@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.skipif(shutil.which("bash") is None or shutil.which("tar") is None, reason="needs bash and tar")
+@pytest.mark.slow
 def test_second_call_does_not_replace_the_first_archive(tmp_path):
     """Two calls (a dry run each: nothing computed) leave results.tar.gz and results_2.tar.gz, each with the
     Snakemake log and the GPU query, and no unpacked folder."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from lethe.kernelbench import check as kb
@@ -256,6 +257,7 @@ def test_isolated_child_matches_in_process():
     assert row == run(SMALL_REF, CORRECT)
 
 
+@pytest.mark.slow
 def test_isolated_timeout_is_dropped():
     slow = cand("import time; time.sleep(60); return x")
     row = kb.check_isolated(SMALL_REF, slow, timeout_s=8)

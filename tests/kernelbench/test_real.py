@@ -218,6 +218,7 @@ def test_provenance_lists_stand_ins_and_kernelbench_hashes(fake):
     assert prov["kernelbench_real"]["num_correct_trials"] == 5 and prov["kernelbench_real"]["seed"] == 42
 
 
+@pytest.mark.slow
 def test_timeout_kills_and_replaces_the_worker(fake):
     run_dir = make_run(fake["tmp"], {1: cand("s", "#SLEEP"), 2: cand("a")})
     out = fake["tmp"] / "out"
@@ -242,6 +243,7 @@ def test_crashed_worker_is_replaced_and_its_kernel_recorded(fake):
     assert pids["x"] != pids["a"]
 
 
+@pytest.mark.slow
 def test_worker_retires_after_a_cuda_error_or_a_patched_torch_only(fake):
     """Replacement is conditional: healthy kernels share a worker; a CUDA error or a torch patch ends it."""
     run_dir = make_run(fake["tmp"], {1: cand("a"), 2: cand("b"), 3: cand("e", "#CUDAERR"), 4: cand("c"),
@@ -262,6 +264,7 @@ def test_kernels_per_worker_recycles(fake):
     assert pids["a"] == pids["b"] != pids["c"]
 
 
+@pytest.mark.slow
 def test_build_dir_map_and_build_detection(fake):
     """A mapped kernel is judged in its prebuilt directory (no build); an unmapped one builds in its own."""
     pre = fake["tmp"] / "prebuilt" / "k1"
@@ -288,6 +291,7 @@ def test_build_dir_map_and_build_detection(fake):
     assert timing2[rid(2)]["built"] is False
 
 
+@pytest.mark.slow
 def test_resume_after_kill_9(fake):
     """SIGKILL the command mid-run: workers die with it; the rerun judges only what has no row; none lost."""
     n = 6
@@ -324,6 +328,7 @@ def test_resume_after_kill_9(fake):
     assert len(entries) == n and len({e["row"]["id"] for e in entries}) == n
 
 
+@pytest.mark.slow
 def test_stop_after_leaves_the_rest_for_a_later_call(fake):
     """Past the stop time no kernel starts (a worker takes longer than this to start); the next call resumes."""
     run_dir = make_run(fake["tmp"], {p: cand(f"k{p}") for p in range(1, 7)})
@@ -342,6 +347,7 @@ def test_setup_error_is_reported(fake):
         judge(fake, run_dir, fake["tmp"] / "out")
 
 
+@pytest.mark.slow
 def test_replica_impls_share_the_schema(fake, tmp_path):
     """The replica runs through the same pool; on the zeros-softmax hole paper-era accepts and hardened rejects."""
     from lethe.kernelbench.problems import CORRECT_SOFTMAX_CAND, SOFTMAX_REF, ZEROS_CAND

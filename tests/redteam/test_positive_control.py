@@ -317,6 +317,7 @@ print(k.asm["ttgir"]); print("//PTX"); print(k.asm["ptx"])
 """
 
 
+@pytest.mark.slow
 def test_matmul_sm90a_tile_partials_are_not_fused_into_the_accumulator():
     import re
     import subprocess

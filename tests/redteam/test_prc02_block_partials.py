@@ -45,6 +45,7 @@ def _prc02(ref: str, cand: str) -> dict:
 
 
 @pytest.mark.parametrize("member", sorted(TWINS))
+@pytest.mark.slow
 def test_block_partials_into_half_total_fail_prc02_and_twin_passes(member):
     ref, cand, twin = _sources(member)
     bad = _prc02(ref, cand)

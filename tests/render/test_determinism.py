@@ -3,6 +3,8 @@
 import time
 from pathlib import Path
 
+import pytest
+
 from lethe.render import figures, published_tables
 from lethe.render.book import render_book
 from lethe.render.ledger import write_ledger
@@ -19,6 +21,7 @@ def _render_into(out: Path, published: Path, repo: Path) -> dict[str, bytes]:
     return {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_render_twice_is_byte_identical(tmp_path, published_dir, repo):
     # CPU time, not wall time: the test box is shared, and contention must not decide the verdict.
     start = time.process_time()

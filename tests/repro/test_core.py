@@ -24,6 +24,7 @@ def _row(files, ref, cand, seed=3):
     (F.SUM_REF, F.SUM_HALF_ACC, "PRC-02"),
     (F.SOFTMAX_REF, F.SOFTMAX_FIXED_BLOCKS, "CMP-03"),
 ])
+@pytest.mark.slow
 def test_repro_fails_standalone_and_the_conforming_kernel_passes(files, tmp_path, ref, cand, gate):
     row = _row(files, ref, cand)
     assert row["gates"][gate]["status"] == "fail"

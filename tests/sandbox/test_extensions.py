@@ -13,6 +13,9 @@ import pytest
 
 from lethe.sandbox import extensions as X
 
+# Every test here starts real sandboxed processes (module-scoped builds, zygotes): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 # A C++-only extension: the same load_inline path as a CUDA candidate's, buildable on the CPU machine.
 CPP_CAND = textwrap.dedent('''
     import torch

@@ -19,6 +19,9 @@ import torch
 
 from lethe.sandbox import isolation, run_isolated, run_many
 
+# Every test here starts real sandboxed processes (module-scoped builds, zygotes): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 HOSTILE = Path(__file__).resolve().parents[2] / "data" / "hostile"
 TARGET = "lethe.sandbox.testing:run_candidate_forward"
 TIMEOUT_S = 2.0

@@ -132,6 +132,7 @@ def test_rss_watch_stops_memory_use_without_rlimit(fast):
     assert "process tree memory" in res.detail
 
 
+@pytest.mark.slow
 def test_timeout_kills_forked_children_including_setsid_ones(tmp_path, fast):
     # The pid file lives in the run's own (caller-given) directory: the only place the child may write.
     pid_file = tmp_path / "pids"

@@ -23,6 +23,9 @@ from lethe.sandbox import isolation, run_isolated, run_many
 from lethe.sandbox import zygote as Z
 from lethe.sandbox.runner import resolve_start
 
+# Every test here starts real sandboxed processes (module-scoped builds, zygotes): minutes on 2 cores.
+pytestmark = pytest.mark.slow
+
 HOSTILE = Path(__file__).resolve().parents[2] / "data" / "hostile"
 CHEAP = {"preload": ("numpy",), "timeout_s": 20, "memory_mb": 256}
 

@@ -163,11 +163,13 @@ def _check(name, mode):
 
 
 @pytest.mark.parametrize("name", sorted(HANDS))
+@pytest.mark.slow
 def test_matches_reference_in_float64(name):
     _check(name, "random")
 
 
 @pytest.mark.parametrize("name", sorted(HANDS))
+@pytest.mark.slow
 def test_matches_reference_on_special_values(name):
     _check(name, "special")
 

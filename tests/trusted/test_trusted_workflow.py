@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
@@ -16,11 +18,13 @@ def _smk(*args):
     return subprocess.run(SNAKEMAKE + list(args), cwd=ROOT, capture_output=True, text=True, timeout=300, env=ENV)
 
 
+@pytest.mark.slow
 def test_lint_is_clean():
     out = _smk("--lint")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_compute_rule_joins_only_with_compute_trusted_and_writes_the_device_folder():
     target = "results/trusted/h200/rows.parquet"
     on = _smk("-n", "--cores", "1", "--config", "compute=trusted", "device=cuda", "--", target)

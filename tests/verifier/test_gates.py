@@ -225,6 +225,7 @@ def test_profiles_share_one_run():
 
 
 @pytest.mark.parametrize("name", sorted(K.EDGE_REFS))
+@pytest.mark.slow
 def test_kernelbench_shaped_references_conform(verify_local, name):
     ref = K.EDGE_REFS[name]
     r = verify_local(ref, K.as_candidate(ref), seed=3)
@@ -265,6 +266,7 @@ class ModelNew(nn.Module):
 '''
 
 
+@pytest.mark.slow
 def test_cmp02_stable_hand_softmax_passes_at_kernelbench_width(verify_local):
     r = verify_local(STABLE_SOFTMAX_REF, STABLE_SOFTMAX, seed=0, only_gates=["CMP-02"])
     g = r["gates"]["CMP-02"]

@@ -190,6 +190,7 @@ def _statuses_match(key: str, rows: list[dict], want: list[dict]) -> None:
 
 
 @pytest.mark.parametrize("case,backend", CASES)
+@pytest.mark.slow
 def test_rows_match_golden(case, backend, golden, monkeypatch):
     key = f"{case}/{backend}"
     rows = _rows(case, backend, monkeypatch)

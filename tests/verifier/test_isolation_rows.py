@@ -30,6 +30,7 @@ def _verify(cand: str, monkeypatch, iso: str, start: str) -> dict:
 
 @needs_isolation
 @pytest.mark.parametrize("start", ["spawn", "zygote"])
+@pytest.mark.slow
 def test_reference_in_the_verifiers_memory_is_out_of_reach(monkeypatch, start):
     control = _verify("steal_reference", monkeypatch, "off", start)
     # Unisolated, the thief really finds the reference (else this test would prove nothing).

@@ -138,6 +138,7 @@ def check_three_states(out: dict) -> None:
 
 
 @pytest.mark.parametrize("name", FAST)
+@pytest.mark.slow
 def test_cmp03_catches_hardcoded_shapes_at_kernelbench_size(name, tmp_path):
     out = three_states(name, tmp_path)
     print(json.dumps({k: v for k, v in out.items() if k.endswith("_s") or k in ("name", "largest_input")}))

@@ -94,6 +94,7 @@ def test_slow_reference_fails_on_its_time_budget_naming_the_phase():
     assert secs < 90, secs
 
 
+@pytest.mark.slow
 def test_sandbox_backstop_still_names_the_limit_and_phase():
     row, secs = _verify(UNINTERRUPTIBLE_REF, ref_timeout_s=5)
     assert row["status"] == "ref_broken", row["error"]

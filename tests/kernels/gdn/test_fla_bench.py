@@ -63,6 +63,7 @@ def _bench(rows, member, V, T, cell, impl, mode):
 # ------------------------------------------------------------------------------------------------ schema
 
 
+@pytest.mark.slow
 def test_fixture_keys_equal_what_the_dry_run_writes(run_dir, tmp_path, monkeypatch):
     """Every kind of row the renderer reads has the same keys in the fixture as in a real --dry-run (fla's
     stand-in there is "torch"), except the fields only a GPU run can fill, named here."""
@@ -295,6 +296,7 @@ def test_appended_runs_render_as_one_table(loaded, rendered, tmp_path):
 # ------------------------------------------------------------------------------------------------ figure
 
 
+@pytest.mark.slow
 def test_figure_series_and_files(loaded, tmp_path):
     summary, _, rows = loaded
     s = R.figure_series(summary, rows, "bwd")

@@ -89,6 +89,7 @@ def _env(monkeypatch, tmp_path):
     monkeypatch.setenv("FLA_DISABLE_BACKEND_DISPATCH", "1")
 
 
+@pytest.mark.slow
 def test_dry_run_end_to_end(fc, lib, tmp_path, monkeypatch):
     _env(monkeypatch, tmp_path)
     doc = fc.main(["--dry-run", "--out", str(tmp_path), "--members", "gdn,sgdn", "--bench-members", "gdn",
@@ -133,6 +134,7 @@ def test_budget_skips_are_recorded(fc, tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------- triton_aot
 
 
+@pytest.mark.slow
 def test_wrapper_launch_configs_at_dk128():
     """What the wrappers launch at d_k = 128 (recorded, nothing compiled): num_stages=1 everywhere (Triton's
     default 3 is what overflowed shared memory) and the block sizes of the documented table."""
@@ -246,6 +248,7 @@ def test_native_skip_reason_names_the_size(fc, lib, tmp_path):
         "torch scan") and lib.native_labels(run, None)["native_k1"].startswith("unknown")
 
 
+@pytest.mark.slow
 def test_append_splits_a_sweep_over_runs(fc, tmp_path, monkeypatch):
     """--append adds a run to a folder (the main sweep, then native's cells); without it a used folder is refused."""
     _env(monkeypatch, tmp_path)

@@ -16,6 +16,7 @@ def _load(name):
     return importlib.import_module(f"experiments.gdn.{name}")
 
 
+@pytest.mark.slow
 def test_ladder_cpu_smoke(tmp_path):
     summary = _load("ladder").main(["--cpu-smoke", "--out", str(tmp_path), "--members", "gdn"])
     data = json.loads((tmp_path / "ladder_smoke.json").read_text())
@@ -29,6 +30,7 @@ def test_ladder_cpu_smoke(tmp_path):
     assert (tmp_path / "ladder_smoke.provenance.json").exists()
 
 
+@pytest.mark.slow
 def test_ladder_cpu_smoke_with_the_row_inverse(tmp_path):
     # every rung (tile pin included) runs the forward option it is given; the interpreter's split kernels (the
     # default) are the row kernel bit for bit, so the summaries agree exactly
@@ -165,6 +167,7 @@ def test_ladder_runs_inside_its_launch_overrides_and_records_them(tmp_path, monk
             mod.main(["--backend", "hybrid-tc", "--out", str(tmp_path), "--launch", bad])
 
 
+@pytest.mark.slow
 def test_train_seeds_parses_variants_and_writes_one_row_per_seed_and_variant(tmp_path):
     mod = _load("train_seeds")
     assert mod.parse_variant("v=a_kernel:PREC=tf32x3,BV=32,b_kernel:PREC=tf32x3") == (
@@ -199,6 +202,7 @@ def test_intra_precision_parses_cells_and_variants_and_needs_the_gpu(tmp_path, m
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(),
                     reason="the smoke run drives the Triton interpreter on CPU tensors; on a GPU run the script")
+@pytest.mark.slow
 def test_intra_precision_cpu_smoke_checks_then_times_each_variant(tmp_path):
     summary, rows = _load("intra_precision").main([
         "--cpu-smoke", "--out", str(tmp_path), "--cells", "gdn:16:32,sgdn:16:32", "--dk", "16", "--heads", "1",
@@ -227,6 +231,7 @@ def test_broadcast_sum_replay_small_cell():
         mod.replay_cell("gla", 16, 64, K=16, H=1)
 
 
+@pytest.mark.slow
 def test_ladder_smoke_covers_the_scalar_gate_member(tmp_path):
     """sgdn (KDA with a per-head g) is a ladder member: its arms run chunk_family(member="kda") on the scalar-gate
     kernels and are judged against KDA's float64 definition with the decay broadcast."""

@@ -55,6 +55,7 @@ def test_wy_tile_spec_pin():
 
 
 @pytest.mark.parametrize("member", R.MEMBERS)
+@pytest.mark.slow
 def test_chunk_family_triton_members(member):
     """Every member through the autograd.Function on the Triton backend, against its own float64 definition."""
     q, k, v, g, b, w, beta = make_inputs(T=32, K=16, V=16, scalar_g=(member == "ssd"))
@@ -89,6 +90,7 @@ def test_layout_changes_are_exact_casts_and_transposes(dtype):
 
 
 @pytest.mark.parametrize("C,T", [(64, 150), (16, 40)])
+@pytest.mark.slow
 def test_blocked_triangular_inverse_gives_the_row_by_row_forward(C, T):
     # the opt-in blockwise inverse of wy_fwd_blocked_kernel: same T, W, output and final state as the row-by-row
     # kernel to float32 rounding, T unit lower triangular with zeros above the diagonal
@@ -168,6 +170,7 @@ def test_decay_floor_is_refused_unless_the_check_is_off_for_recording():
 
 
 @pytest.mark.parametrize("C,T", [(64, 150), (16, 40)])
+@pytest.mark.slow
 def test_split_wy_kernels_give_the_row_kernel_bit_for_bit(C, T):
     # the default wy_inverse="split" runs the row kernel's two halves as two kernels: the same arithmetic in the same order
     f = [x.float() for x in make_inputs(T=T, K=16, V=32)[:6]]
@@ -177,6 +180,7 @@ def test_split_wy_kernels_give_the_row_kernel_bit_for_bit(C, T):
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(monkeypatch):
     # NVL > 1: one program forms P = tril(Qg Kg^T) once for several V-blocks; each output element goes through the
     # same operations as with one V-block per program, so the output must not change by a bit
@@ -193,6 +197,7 @@ def test_output_kernel_serving_several_v_blocks_per_program_is_bitwise_the_same(
 
 
 @pytest.mark.parametrize("erase", [True, False])
+@pytest.mark.slow
 def test_state_kernel_with_precomputed_kend_is_bitwise_the_same(monkeypatch, erase):
     # KEND=1: the prep kernel writes Kend = k * exp(gamma_C - gamma) and the state kernel loads it instead of
     # rebuilding it per step; the same float32 operations on the same values, so every result must be equal on the
@@ -378,6 +383,7 @@ def test_state_kernel_tf32rn_rounds_its_operands():
 
 
 @pytest.mark.parametrize("backend", ["triton", "hybrid-tc"])
+@pytest.mark.slow
 def test_chunk_family_takes_output_precision_through_autograd(backend):
     # the option travels through the autograd Function (one more argument, one more None gradient); the
     # interpreter's dots ignore the precision, so the results are the default's exactly

@@ -38,6 +38,7 @@ def _scalar_path(x, do, dS, C, prec=None):
 
 
 @pytest.mark.parametrize("T,C,init", [(40, 16, True), (64, 16, False), (33, 32, True)])
+@pytest.mark.slow
 def test_scalar_path_matches_float64_in_float32(T, C, init):
     x, do, dS = _problem(T=T, init=init)
     ref = _reference(x, do, dS, C)
@@ -46,6 +47,7 @@ def test_scalar_path_matches_float64_in_float32(T, C, init):
         assert rel_err(got[n], ref[n]) < 2e-6, (n, rel_err(got[n], ref[n]))
 
 
+@pytest.mark.slow
 def test_tf32_rounding_is_applied_and_stays_tf32_grade():
     """Forced to the 16-bit inputs' precision ("tf32rn") on float32 inputs, every product reads TF32 operands: the
     result moves away from the float32-grade one by TF32 rounding (not zero, not more)."""
@@ -136,6 +138,7 @@ def test_scan_v_block_rule():
     assert scalar_gate._scan_bv("sg_state_fwd_kernel", 2, 32) == 16
 
 
+@pytest.mark.slow
 def test_scalar_gate_launches_at_dk128():
     """What the scalar-gate wrappers launch at d_k = 128 (recorded, nothing compiled): the kernels in order, each
     with its SG_LAUNCH entry (the inverse with the general forward's), and the scans' V-block rule at a small batch

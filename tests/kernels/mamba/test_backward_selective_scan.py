@@ -62,6 +62,7 @@ def test_torch_path_float64_matches_autograd_of_oracle(shape, with_d):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.slow
 def test_triton_matches_oracle(shape, dtype):
     """Triton (float32 arithmetic, inputs and dy in ``dtype``; float64 runs the kernels in float64) against autograd through the float64 oracle on the
     same rounded inputs: |g - g_ref| <= gamma_m(u_fp32) S + u_out |g_ref| per gradient, m from
@@ -107,6 +108,7 @@ def test_chunk_parallel_forward_feeds_the_backward():
         assert_within(name, a, b, 2 * g * m)
 
 
+@pytest.mark.slow
 def test_backward_is_deterministic():
     """Two runs give the same bits: cross-program sums are partials summed by torch, never atomics."""
     x = make_scan_inputs(2, 9, 5, 3, dtype=torch.float32)

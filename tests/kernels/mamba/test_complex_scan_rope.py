@@ -63,6 +63,7 @@ def test_without_rotation_it_is_the_selective_scan_per_head():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("backend,dtype", [("torch", torch.float64), ("triton", torch.float64),
                                            ("triton", torch.float32), ("triton", torch.bfloat16)])
+@pytest.mark.slow
 def test_paths_match_oracle(shape, backend, dtype):
     """|y - y_ref| <= gamma_m(u_arith) Y + u_out |y_ref|: m from ``steps``, Y the pair-norm magnitude, the
     oracle on the same rounded inputs; float64 inputs run the Triton kernel in float64 (its algebra)."""

@@ -133,6 +133,7 @@ def test_channel_mismatch_is_refused():
 @pytest.mark.parametrize("backend,dtype", [("torch", torch.float64), ("triton", torch.float64),
                                            ("torch", torch.float32), ("triton", torch.float32),
                                            ("triton", torch.bfloat16)])
+@pytest.mark.slow
 def test_chunk_parallel_mode_matches_oracle(shape, backend, dtype):
     """The chunk-parallel form (local scans, carry, fix-up) against the oracle: y, the checkpoints and the last
     state. Its decays are exp(A times a running sum of up to ``chunk`` deltas), whose exponent carries a relative

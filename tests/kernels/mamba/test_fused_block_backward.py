@@ -52,6 +52,7 @@ def test_gradcheck_of_the_hand_derived_backward():
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("backend", ["torch", "triton"])
+@pytest.mark.slow
 def test_float64_paths_match_autograd_of_oracle(shape, backend):
     """Both paths in float64 (the Triton kernels take their arithmetic dtype from the inputs): the algebra of each
     backward against autograd through the definition to float64 accuracy."""
@@ -67,6 +68,7 @@ def test_float64_paths_match_autograd_of_oracle(shape, backend):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("coherent", [True, False], ids=["coherent", "signed"])
 @pytest.mark.parametrize("exact_norm", [False, True], ids=["f32_arith", "exact_norm"])
+@pytest.mark.slow
 def test_triton_matches_oracle(shape, dtype, coherent, exact_norm):
     """Triton on ``dtype`` inputs, with float32 arithmetic (exact_norm=False) or the default float64 evaluation,
     within the float32 arithmetic's derived bound of every gradient (the float64 one lies inside it); in the
@@ -83,6 +85,7 @@ def test_triton_matches_oracle(shape, dtype, coherent, exact_norm):
 
 
 @pytest.mark.parametrize("drop", [2, 7, 8], ids=["conv_bias", "D", "norm_weight"])
+@pytest.mark.slow
 def test_optional_inputs(drop):
     """With an optional input absent its gradient is None and the others still match."""
     ins = list(make_block_inputs(2, 7, 4, 3, 4, dtype=torch.float32, coherent=True))
@@ -103,6 +106,7 @@ def test_autograd_function_matches_direct_backward():
 
 
 @pytest.mark.parametrize("exact_norm", [False, True], ids=["f32_arith", "exact_norm"])
+@pytest.mark.slow
 def test_backward_is_deterministic(exact_norm):
     """Two runs, the same bits (no atomics; partial sums reduced by torch in a fixed order)."""
     ins = make_block_inputs(2, 5, 4, 2, 4, dtype=torch.float32)

@@ -60,6 +60,7 @@ def test_float64_paths_match_oracle(shape, backend):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("coherent", [True, False], ids=["coherent", "signed"])
+@pytest.mark.slow
 def test_triton_matches_oracle(shape, dtype, coherent):
     """Triton with float32 arithmetic on ``dtype`` inputs against the oracle on the same rounded inputs:
     |out - ref| <= gamma_m(u_fp32) OUT + u_out |ref| (m from block_forward_steps, OUT the magnitude chain,

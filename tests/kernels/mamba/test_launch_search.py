@@ -16,6 +16,7 @@ def driver():
     return importlib.import_module("experiments.mamba.launch_search")
 
 
+@pytest.mark.slow
 def test_dry_run_writes_rows_and_provenance(tmp_path):
     doc = driver().main(["--dry-run", "--out", str(tmp_path)])
     saved = json.loads((tmp_path / "launch_search.json").read_text())
@@ -35,6 +36,7 @@ def test_magnitude_by_scan_is_the_magnitude_recurrence():
 
 
 @pytest.mark.parametrize("wrong_at,caught_by", [(None, "float64 oracle"), (12, "against the default")])
+@pytest.mark.slow
 def test_a_wrong_configuration_is_dropped_before_it_is_timed(monkeypatch, wrong_at, caught_by):
     d = driver()
     real = d.run_config

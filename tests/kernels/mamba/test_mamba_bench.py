@@ -109,6 +109,7 @@ def run_driver(tmp_path, *extra):
     return rc, json.loads((tmp_path / "bench.json").read_text())
 
 
+@pytest.mark.slow
 def test_dry_run_checks_then_times(tmp_path):
     rc, doc = run_driver(tmp_path, "--ops", "C1")
     assert rc == 0 and doc["status"] == "complete" and doc["all_checks_pass"]
@@ -135,6 +136,7 @@ def test_budget_stops_cleanly_with_partial_status(tmp_path):
 
 
 @pytest.mark.parametrize("op", ["C2", "C6"])
+@pytest.mark.slow
 def test_backward_sides_return_every_gradient(op):
     shape = bench.plan([op], "default", PUBLISHED, dry_run=True)[0][1]
     x = bench.make_inputs(op, shape, torch.float32, "cpu")

@@ -53,6 +53,7 @@ def test_rank_one_with_unit_weights_is_the_siso_scan():
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("backend,dtype", [("torch", torch.float64), ("triton", torch.float64),
                                            ("triton", torch.float32), ("triton", torch.bfloat16)])
+@pytest.mark.slow
 def test_paths_match_autograd_of_oracle(shape, backend, dtype):
     """Each gradient within gamma_m(u_arith) S + u_out |ref| (m from ``steps``, S the magnitude backward, the
     oracle on the same rounded inputs). float64 checks the hand-derived equations (torch) and the kernel's
