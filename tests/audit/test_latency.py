@@ -77,3 +77,35 @@ def test_cold_and_warm_runs_pass_and_record_the_reference_device(tmp_path, monke
     i = seen["cmd"].index("--reference-device")
     assert seen["cmd"][i + 1] == "cuda"
     assert out["reference_device"] == "cpu" and out["reference_fallback"].startswith("reference on CUDA")
+
+
+def test_steps_run_in_the_order_asked_and_a_cut_run_says_where_it_ended(tmp_path, monkeypatch):
+    """A device call short of time runs the step it needs first; a run cut short names the step it was in."""
+    import json as _json
+
+    import pytest as _pytest
+
+    from lethe.audit import latency as L
+
+    item = {"id": "k", "kind": "pytorch", "reference": "r", "candidate": "c"}
+    monkeypatch.setattr(L, "cuda_items", lambda *a: [])
+    monkeypatch.setattr(L, "torch_items", lambda *a: [dict(item)])
+    monkeypatch.setattr(L, "_pairs_dir", lambda items, path: path)
+    order = []
+
+    def fake_cli(it, pairs, cache, timeout_s, reference_device):
+        order.append(len(order))
+        if len(order) == 3:
+            raise RuntimeError("the device call's limit")
+        return {"wall_s": 1.0, "rc": 0, "status": "gated"}
+
+    monkeypatch.setattr(L, "_cli_once", fake_cli)
+    out = tmp_path / "lat.json"
+    doc = L.run(str(out), lb_dir="x", kb_root="x", kb_src="x", steps=("warm", "cold"))
+    assert doc["status"] == "complete" and list(doc["kernels"]["k"]) == ["kind", "warm", "cold"]
+    with _pytest.raises(RuntimeError):
+        L.run(str(out), lb_dir="x", kb_root="x", kb_src="x", steps=("cold", "warm"))
+    saved = _json.loads(out.read_text())
+    assert saved["status"].startswith("partial: ended during the cold step (0 of 2")
+    with _pytest.raises(ValueError, match="unknown latency step"):
+        L.run(str(out), lb_dir="x", kb_root="x", kb_src="x", steps=("cold", "phase"))

@@ -36,6 +36,8 @@ from typing import Any
 from lethe.kernelbench.real import STAND_IN_NAMES
 
 SCHEMA = "lethe.latency/1"
+#: The steps of a run; ``--steps`` picks some and their order.
+STEPS = ("build", "cold", "warm", "phases", "kb", "batch")
 
 
 def _pick(items: list[dict], n: int) -> list[dict]:
@@ -144,12 +146,15 @@ def _kb_check(it: dict, pairs: Path, kb_src: str, build_dir: str, timeout_s: flo
 def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n_torch: int = 20,
         workers: tuple[int, ...] = (1, 4, 8), build_workers: int = 8, timeout_s: float = 600.0,
         n_phases: int | None = None, n_kb: int | None = None,
-        steps: tuple[str, ...] = ("build", "cold", "warm", "phases", "kb", "batch"),
+        steps: tuple[str, ...] = STEPS,
         reference_device: str = "auto") -> dict[str, Any]:
     from lethe.audit import batch
     from lethe.provenance import gpu_info, library_versions
     from lethe.sandbox import extensions
 
+    unknown = [s for s in steps if s not in STEPS]
+    if unknown:
+        raise ValueError(f"unknown latency step(s) {unknown}; choose from {list(STEPS)}")
     out_path = Path(out)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="lethe-latency-"))
@@ -170,9 +175,18 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
     def log(msg: str) -> None:
         print(f"[latency {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
-    save()
     cuda = [it for it in items if it["kind"] == "cuda"]
-    if "build" in steps and cuda:
+    caches = {it["id"]: scratch / "refcache" / it["id"] for it in items}
+
+    def first(n: int | None) -> list[dict]:
+        """The first n of each kind (all when None): the costly steps run on a subset."""
+        if n is None:
+            return items
+        return [it for kind in ("cuda", "pytorch", "triton") for it in [x for x in items if x["kind"] == kind][:n]]
+
+    def step_build() -> None:
+        if not cuda:
+            return
         work = scratch / "build"
         work.mkdir()
         (work / "spec.json").write_text(json.dumps({"root": str(pairs), "ref": None, "kernelbench": None,
@@ -188,21 +202,14 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
                     doc["kernels"][r["id"]]["build"] = {k: r[k] for k in ("ok", "cached", "build_seconds")}
         save()
         log(f"built {len(cuda)} in {doc['build_pool']['wall_s']} s")
-    caches = {it["id"]: scratch / "refcache" / it["id"] for it in items}
-    for step in ("cold", "warm"):
-        if step not in steps:
-            continue
+
+    def step_cli(step: str) -> None:
         for it in items:
             doc["kernels"][it["id"]][step] = _cli_once(it, pairs, caches[it["id"]], timeout_s, reference_device)
             save()
         log(f"{step}: median {_median([doc['kernels'][i][step]['wall_s'] for i in doc['kernels']])} s")
-    def first(n: int | None) -> list[dict]:
-        """The first n of each kind (all when None): the costly steps run on a subset."""
-        if n is None:
-            return items
-        return [it for kind in ("cuda", "pytorch", "triton") for it in [x for x in items if x["kind"] == kind][:n]]
 
-    if "phases" in steps:
+    def step_phases() -> None:
         from lethe.verifier import api
 
         for it in first(n_phases):
@@ -220,14 +227,16 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
             save()
         os.environ.pop("LETHE_REF_CACHE", None)
         log("phases done")
-    if "kb" in steps:
+
+    def step_kb() -> None:
         store = extensions.store_root(None, extensions.arch_list("cuda"))
         for it in [x for x in first(n_kb) if x["kind"] == "cuda"]:
             bdir = str(extensions.ext_root(store, it["candidate"])) if it["kind"] == "cuda" else ""
             doc["kernels"][it["id"]]["kernelbench"] = _kb_check(it, pairs, kb_src, bdir, timeout_s)
             save()
         log("kernelbench done")
-    if "batch" in steps:
+
+    def step_batch() -> None:
         for w in workers:
             cache = scratch / f"batch-cache-{w}"
             env = dict(os.environ, LETHE_REF_CACHE=str(cache))
@@ -242,6 +251,17 @@ def run(out: str, *, lb_dir: str, kb_root: str, kb_src: str, n_cuda: int = 20, n
                                     "per_kernel_s": round(wall / len(items), 3), "stdout": p.stdout[-300:]}
             save()
             log(f"batch {w} workers: {wall / len(items):.2f} s/kernel")
+
+    runners = {"build": step_build, "cold": lambda: step_cli("cold"), "warm": lambda: step_cli("warm"),
+               "phases": step_phases, "kb": step_kb, "batch": step_batch}
+    # In the order asked: a device call with little time left runs the step it needs first. The status is
+    # saved before each step, so a run its caller cuts short says which step it was in and what it finished.
+    for i, step in enumerate(steps):
+        doc["status"] = f"partial: ended during the {step} step ({i} of {len(steps)} steps finished: " \
+                        f"{', '.join(steps[:i]) or 'none'})"
+        save()
+        runners[step]()
+    doc["status"] = "complete"
     doc["summary"] = summarise(doc)
     save()
     shutil.rmtree(scratch, ignore_errors=True)
@@ -304,7 +324,7 @@ def render(doc: dict[str, Any], md: str, tex: str) -> None:
              "Phase shares: of a warm in-process verification (reference, candidate process, its probes, grading).",
              f"Goals (tool issue): CUDA cold <= {GOALS['cold']:g} s, warm <= {GOALS['warm']:g} s; batch <= "
              f"{GOALS['batch8']:g} s per kernel at 8 workers."]
-    if doc.get("status"):
+    if doc.get("status") and doc["status"] != "complete":
         notes.insert(0, f"Status: {doc['status']}")
     for w, b in sorted(batch.items(), key=lambda kv: int(kv[0])):
         notes.append(f"batch ({b['kernels']} kernels, {w} workers, reference cache empty, builds done"
@@ -332,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-torch", type=int, default=20)
     ap.add_argument("--workers", default="1,4,8")
     ap.add_argument("--build-workers", type=int, default=8)
-    ap.add_argument("--steps", default="build,cold,warm,phases,kb,batch")
+    ap.add_argument("--steps", default=",".join(STEPS), help="comma-separated, run in the order given")
     ap.add_argument("--n-phases", type=int, default=None, help="phase split on the first N of each kind")
     ap.add_argument("--n-kb", type=int, default=None, help="KernelBench's check on the first N CUDA kernels")
     ap.add_argument("--reference-device", default="auto", choices=["auto", "cpu", "cuda"],
