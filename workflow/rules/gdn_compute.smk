@@ -253,3 +253,55 @@ rule gdn_gpu_tests:
         gpu=1,
     shell:
         "python3 -m pytest -q -rA -m gpu -p no:cacheprovider {input.tests} > {output.log} 2> {log}"
+
+
+# CPU studies of the gdn stage (float64 replays, ahead-of-time compilation): no GPU, seconds to minutes each.
+rule gdn_broadcast_sum_replay:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/broadcast_sum_replay.py",
+    output:
+        result="results/gdn/broadcast_sum_replay.json",
+        provenance="results/gdn/broadcast_sum_replay.provenance.json",
+    log:
+        "logs/gdn/broadcast_sum_replay.log",
+    shell:
+        "python3 {input.script} --out {output.result} > {log} 2>&1"
+
+
+rule gdn_fwd_error_sources:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/fwd_error_sources.py",
+    output:
+        result="results/gdn/fwd_error_sources.json",
+        provenance="results/gdn/fwd_error_sources.provenance.json",
+    log:
+        "logs/gdn/fwd_error_sources.log",
+    shell:
+        "python3 {input.script} --out {output.result} > {log} 2>&1"
+
+
+# The three committed sm_90a reports: the wrappers' default launches, the row-by-row WY inverse, the scalar gate.
+GDN_TRITON_AOT_ARGS = {"": "", "_rows": "--wy-inverse rows",
+                       "_scalar": "--variants scalar --dvs 64,128 --dtypes bfloat16,float32"}
+
+
+rule gdn_triton_aot:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/gdn/triton_aot.py",
+    output:
+        result="results/gdn/triton_aot{variant}.json",
+        provenance="results/gdn/triton_aot{variant}.provenance.json",
+    wildcard_constraints:
+        variant="|_rows|_scalar",
+    params:
+        args=lambda w: GDN_TRITON_AOT_ARGS[w.variant],
+    log:
+        "logs/gdn/triton_aot{variant}.log",
+    shell:
+        "python3 {input.script} {params.args} --json {output.result} > {log} 2>&1"

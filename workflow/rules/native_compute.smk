@@ -104,3 +104,19 @@ rule gpu_smoke:
         gpu=1,
     shell:
         "python3 {input.script} --out {params.out} > {log} 2>&1"
+
+
+# CPU studies of the native stage: where K1's and K2's bf16 error comes from (float64 replays, no GPU).
+rule native_error_sources:
+    conda:
+        CONDA_ENV
+    input:
+        script="experiments/native/{kernel}_error_sources.py",
+    output:
+        result="results/native/{kernel}_error_sources.json",
+    wildcard_constraints:
+        kernel="k1|k2",
+    log:
+        "logs/native/{kernel}_error_sources.log",
+    shell:
+        "python3 {input.script} --out {output.result} > {log} 2>&1"
