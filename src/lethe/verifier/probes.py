@@ -90,12 +90,14 @@ class Budget:
       recurrence over 64 steps set to 4099) and still costs less than a minute of estimated reference time;
       it keeps the long-axis probes that the repository's own small problems (the GDN recurrences among them)
       have always run;
-    * returned arrays: all admitted variants (both pools) together return at most min(``held_mb``,
-      ``result_mb`` - what the base shape's probes return, estimated as their number times one base probe's
-      inputs and float64 outputs). The reference process sends every probe's arrays back in one result file,
-      which the sandbox caps (``result_mb``: the reference's ``max_file_mb``, ``REF_RESULT_MB``), and the base probes come first: a
-      variant must never turn a verification that fits into one that cannot return its result. The plan does
-      not depend on a gate filter, so a CMP-03-only run gets the variants a full run would.
+    * returned arrays: the reference process sends every probe's arrays back in one result file, which the
+      sandbox caps (``result_mb``: the reference's ``max_file_mb``, ``REF_RESULT_MB``). The base-shape probes
+      come first: each returns its inputs, float64 outputs and conditioning spreads (:func:`returned_bytes`),
+      and when they do not all fit (KernelBench's largest inputs) they are admitted one per gate first, within
+      ``result_mb`` (:func:`_admit_base`; the refused ones are skipped with the estimate). All admitted variants
+      (both pools) together return at most min(``held_mb``, ``result_mb`` - what the admitted base probes
+      return): a variant must never turn a verification that fits into one that cannot return its result. The
+      plan does not depend on a gate filter, so a CMP-03-only run gets the variants a full run would.
     """
 
     flop_rate: float = 2.5e9
@@ -320,6 +322,49 @@ def shipped_bytes(inputs: list[Any], cost: Cost, probe: Probe | None = None) -> 
     if probe is not None and probe.kind == "subnormal":
         n += cost.out
     return n
+
+
+def returned_bytes(inputs: list[Any], cost: Cost, probe: Probe) -> int:
+    """Everything one probe of these inputs puts in the reference's result: :func:`shipped_bytes` plus the
+    conditioning spreads of CMP-01 and CMP-02 (reference.conditioning_spread: float64, one per floating output of
+    a forward probe, one per floating input's gradient of the backward probe)."""
+    n = shipped_bytes(inputs, cost, probe)
+    if probe.action == "backward":
+        n += 8 * sum(x.numel() for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point())
+    elif "CMP-01" in probe.gates:
+        n += cost.out
+    return n
+
+
+# The order in which the base-shape probes are admitted when their arrays do not all fit the result file: one
+# probe for every gate first, the gates whose probe returns least first (rand0 also anchors the row), then the
+# rest in plan order.
+BASE_PRIORITY = ("rand0", "nonfinite", "repeat", "ord01", "cancel", "acc_fp16", "prc_fp16", "grad", "accb_fp16",
+                 "subnormal")
+
+
+def _admit_base(P: list[Probe], coster: _Coster, budget: Budget) -> list[Probe]:
+    """The base-shape probes, each admitted (in BASE_PRIORITY order, then plan order) while the arrays of all
+    admitted ones fit the reference's result file (``budget.result_mb``); a refused one stays in the plan with
+    its reason in ``skip``. Why: at KernelBench's largest sizes (a 16384 x 4096 input) the twenty base probes
+    return more than the reference may hold or write, and without this the reference runs out of memory and the
+    whole row is lost; with it the gates keep the probes that fit. A problem whose probes all fit is unchanged."""
+    if coster.base is None:
+        return P
+    sizes = {p.id: returned_bytes(coster.base_meta, coster.base, p) for p in P}
+    limit = budget.result_mb * 2**20
+    if sum(sizes.values()) <= limit:
+        return P
+    order = [pid for pid in BASE_PRIORITY if pid in sizes] + [p.id for p in P if p.id not in BASE_PRIORITY]
+    spent, skip = 0, {}
+    for pid in order:
+        if pid == "rand0" or spent + sizes[pid] <= limit:
+            spent += sizes[pid]
+            continue
+        skip[pid] = (f"over the per-problem budget: returning {sizes[pid] / 2**20:.4g} MB of arrays > "
+                     f"{(limit - spent) / 2**20:.4g} MB left of the {budget.result_mb:g} MB result file (base "
+                     f"probes admitted one per gate first)")
+    return [replace(p, skip=skip[p.id]) if p.id in skip else p for p in P]
 
 
 def _seconds(flops: float, moved: float, budget: Budget) -> float:
@@ -551,6 +596,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
     if not knobs:
         return P
     coster = _Coster(ns, seed, base, budget)
+    P = _admit_base(P, coster, budget)
     base_s = coster.base.seconds if coster.base is not None else 0.0
 
     def pool() -> _Pool:
@@ -561,7 +607,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
     # ``below``. The plan lists the variants by tier in size order (below, above, half), every knob per tier.
     base_ship = 0.0
     if coster.base is not None:
-        base_ship = sum(shipped_bytes(coster.base_meta, coster.base, p) for p in P) / 2**20
+        base_ship = sum(returned_bytes(coster.base_meta, coster.base, p) for p in P if not p.skip) / 2**20
     shape_pool = pool()
     held = _Pool(max(0.0, min(budget.held_mb, budget.result_mb - base_ship)), base=base_ship)
     tiers = {name: dict(shape_values(v)) for name, v in knobs}
