@@ -202,3 +202,33 @@ def test_the_verifiers_secrets_do_not_reach_a_child(monkeypatch, fast, overrides
     got = res.result["env"]
     assert got["MY_API_TOKEN"] is None and got["CUDA_CACHE_MAXSIZE"] == "123"
     assert got["SOME_SETTING"] == (overrides or {}).get("SOME_SETTING")
+
+
+def test_descendants_from_the_kernels_children_lists_match_a_scan_of_every_process():
+    """The run loop's cheap tree walk finds what psutil's scan of every process finds (children, grandchildren)."""
+    import subprocess
+    import time
+
+    import psutil
+
+    from lethe.sandbox import runner as R
+
+    p = subprocess.Popen(["bash", "-c", "sleep 30 & bash -c 'sleep 30 & wait' & wait"])
+    try:
+        deadline = time.monotonic() + 5
+        want = []
+        while time.monotonic() < deadline:
+            want = sorted(c.pid for c in psutil.Process(p.pid).children(recursive=True))
+            if len(want) >= 3:
+                break
+            time.sleep(0.05)
+        got = R._descendant_pids(p.pid)
+        if got is None:
+            pytest.skip("this kernel keeps no /proc/<pid>/task/<tid>/children lists")
+        assert len(want) >= 3 and sorted(got) == want
+        assert sorted(x.pid for x in R._tree(p.pid)) == want
+    finally:
+        for c in psutil.Process(p.pid).children(recursive=True):
+            c.kill()
+        p.kill()
+        p.wait()

@@ -181,9 +181,48 @@ class _Channel(threading.Thread):
         self.event.set()
 
 
+def _descendant_pids(pid: int) -> list[int] | None:
+    """The pids below ``pid``, from the kernel's per-thread ``children`` lists: a walk of the tree itself, where
+    psutil's ``children()`` reads every process on the machine to find the parents. The run loop asks for the
+    tree every poll, so on a busy host that scan competed with the candidate for the CPU. None when the kernel
+    does not keep the lists (CONFIG_PROC_CHILDREN); the caller then asks psutil."""
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
+        return None
+    out: list[int] = []
+    stack = [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            tasks = os.listdir(f"/proc/{p}/task")
+        except OSError:
+            continue  # gone meanwhile
+        for t in tasks:
+            try:
+                with open(f"/proc/{p}/task/{t}/children", "rb") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except (OSError, ValueError):
+                continue  # the thread or the process ended meanwhile
+            out += kids
+            stack += kids
+    return out
+
+
+def _processes(pids: list[int]) -> list:
+    procs = []
+    for k in pids:
+        try:
+            procs.append(psutil.Process(k))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return procs
+
+
 def _tree(pid: int) -> list:
     if psutil is None:
         return []
+    pids = _descendant_pids(pid)
+    if pids is not None:
+        return _processes(pids)
     try:
         return psutil.Process(pid).children(recursive=True)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -198,9 +237,9 @@ def _tree_rss(pid: int) -> tuple[int, list]:
     total = 0
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return 0, []
+    procs = [root, *_tree(pid)]
     for p in procs:
         try:
             total += p.memory_info().rss
