@@ -94,11 +94,13 @@ def time_tiers(pairs: Iterable[tuple[str, str, str]], *, device: str = "cpu", se
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
+    import sys
     from pathlib import Path
 
     from lethe import provenance
     from lethe.verifier.sources import read_source
 
+    argv = list(sys.argv[1:] if argv is None else argv)  # the provenance records the command as given
     ap = argparse.ArgumentParser(prog="python -m lethe.verifier.tiers", description="time each tier")
     ap.add_argument("members", nargs="+", help="red-team member folders (ref.py + cand.py)")
     ap.add_argument("--out", required=True)
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     provenance.write(Path(a.out).with_name("tier_timing_provenance.json"),
-                     command="python -m lethe.verifier.tiers " + " ".join(argv or []), device=a.device)
+                     command="python -m lethe.verifier.tiers " + " ".join(argv), device=a.device)
     return 0
 
 
