@@ -53,7 +53,20 @@ def test_log_rows_and_run_files(tmp_path, corpus):
     assert run["n_parameters"] == res["n_parameters"] > 0 and run["manifest_sha256"] == corpus.manifest_sha256
     assert not (tmp_path / "checkpoint.pt.tmp").exists()
     proof = json.loads((tmp_path / "dispatch_proof.json").read_text())
-    assert proof["path"] == "torch" and proof["all_dispatched"] is False
+    assert proof["segments"][0]["path"] == "torch" and proof["all_dispatched"] is False
+
+
+def test_dispatch_proof_spans_resumed_segments(tmp_path, corpus):
+    cfg = get_config("tiny", n_layers=1)
+    short = TrainConfig(**{**CFG.to_dict(), "steps": 3, "stop_after": 2, "val_every": 0, "betas": CFG.betas})
+    train(cfg, short, corpus, tmp_path, path="ours")
+    train(cfg, TrainConfig(**{**short.to_dict(), "stop_after": None, "betas": CFG.betas}), corpus, tmp_path,
+          path="ours")
+    train(cfg, TrainConfig(**{**short.to_dict(), "stop_after": None, "betas": CFG.betas}), corpus, tmp_path,
+          path="ours")  # already done: adds no segment
+    proof = json.loads((tmp_path / "dispatch_proof.json").read_text())
+    assert [s["segment"] for s in proof["segments"]] == [[0, 2], [2, 3]]
+    assert proof["all_dispatched"] is True and proof["steps"] == 3
 
 
 def test_checkpoint_of_another_model_is_refused(tmp_path, corpus):
@@ -98,10 +111,11 @@ def test_ours_path_dispatch_proof(tmp_path, corpus):
     train(cfg, TrainConfig(**{**CFG.to_dict(), "steps": 2, "val_every": 2, "val_batches": 1, "betas": CFG.betas}),
           corpus, tmp_path, path="ours")
     proof = json.loads((tmp_path / "dispatch_proof.json").read_text())
-    assert proof["all_dispatched"] is True and proof["kernel_backends"] == ["triton"]
-    (key,) = proof["forward"]
+    (seg,) = proof["segments"]
+    assert proof["all_dispatched"] is True and seg["kernel_backends"] == ["triton"] and proof["steps"] == 2
+    (key,) = seg["forward"]
     assert key == "lethe.kernels.mamba.fused_block|triton|FusedBlockFunctionBackward"
-    assert proof["forward"][key] == proof["backward"][key] == 4  # 2 layers x 2 steps; validation not counted
+    assert seg["forward"][key] == seg["backward"][key] == 4  # 2 layers x 2 steps; validation not counted
 
 
 @pytest.mark.parametrize("mixer", ["mamba", pytest.param("gdn", marks=pytest.mark.slow)])

@@ -10,7 +10,8 @@ decay. Run folder:
   ``ckpt_every_s`` seconds and when the run stops; a run started again on the same folder resumes from it and
   produces exactly the loss sequence an uninterrupted run would (the batch of a step depends on (seed, step)
   only; log rows past the checkpoint are dropped);
-* ``dispatch_proof.json``: what the forward and backward of this segment called (:mod:`lethe.scale.dispatch`);
+* ``dispatch_proof.json``: what the forward and backward called, one entry per process that trained (a segment
+  of steps), and whether every block ran through our autograd Function on every step (:mod:`lethe.scale.dispatch`);
 * ``stop.json``: why the run stopped when a loss or gradient norm was not finite (the run stops at once and
   keeps the last good checkpoint);
 * ``run.json``: configs, parameter count, corpus manifest hash, final status.
@@ -168,6 +169,22 @@ def dispatch_summary(model, steps_run: int) -> dict:
             "kernel_backends": sorted({k.split("|")[1] for k in keys})}
 
 
+def _write_proof(path: Path, summary: dict, start: int, step: int) -> None:
+    """Append this segment's dispatch summary to the run's proof; segments past ``start`` (a killed process's,
+    whose steps are being redone) are dropped. ``all_dispatched`` holds for the run when it holds for every
+    segment and the segments cover steps 0 to the last one without a gap; ``kernel_backends`` says which of the
+    ops' backends ran (``["triton"]`` for the Triton kernels alone)."""
+    segs = json.loads(path.read_text())["segments"] if path.exists() else []
+    segs = [s for s in segs if s["segment"][1] <= start]
+    if step > start:
+        segs.append({**summary, "segment": [start, step]})
+    covered = [0] + [s["segment"][1] for s in segs]
+    contiguous = all(s["segment"][0] == c for s, c in zip(segs, covered, strict=False))
+    _atomic_json(path, {"all_dispatched": bool(segs) and contiguous and all(s["all_dispatched"] for s in segs),
+                        "kernel_backends": sorted({b for s in segs for b in s["kernel_backends"]}),
+                        "steps": covered[-1], "segments": segs})
+
+
 def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir, path: str = "ours",
           device: str | torch.device = "cpu", resume: bool = True, model_hook=None) -> dict:
     """Train (or resume) a run in ``out_dir`` (module docstring); returns ``run.json``'s content.
@@ -252,7 +269,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
     if stop is not None:
         status = "nonfinite"
         _atomic_json(out / "stop.json", stop)
-    _atomic_json(out / "dispatch_proof.json", {**dispatch_summary(model, step - start), "segment": [start, step]})
+    _write_proof(out / "dispatch_proof.json", dispatch_summary(model, step - start), start, step)
     result = {**info, "status": status, "step": step, "stop": stop}
     _atomic_json(out / "run.json", result)
     return result
