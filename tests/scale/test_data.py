@@ -16,6 +16,7 @@ def test_ptbxl_fails_at_once_with_hand_supply_message(tmp_path, monkeypatch):
         data.fetch_ptbxl(tmp_path)
     msg = str(exc.value)
     assert "physionet.org/files/ptb-xl/1.0.3/ptbxl_database.csv" in msg and "by hand" in msg
+    assert "lethe.scale.data.PTBXL" in msg
 
 
 def test_ptbxl_cli_exit_code(tmp_path, capsys):

@@ -18,12 +18,11 @@ rule scale_ptbxl_fetch:
         CONDA_ENV
     output:
         f"{SCALE_CACHE}/physionet__ptb-xl/1.0.3/ptbxl_database.csv",
-    params:
-        cache=SCALE_CACHE,
     log:
         "logs/scale/ptbxl_fetch.log",
     shell:
-        "python3 -m lethe.scale.data fetch-ptbxl --cache {params.cache} > {log} 2>&1"
+        # the cache folder is three levels above the file (<cache>/<dataset>/<revision>/<file>)
+        "python3 -m lethe.scale.data fetch-ptbxl --cache $(dirname $(dirname $(dirname {output}))) > {log} 2>&1"
 
 
 rule scale_train:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from lethe.corpora.fetch import Pin, fetch
+from lethe.corpora.fetch import Pin, PinIncomplete, fetch
 
 PTBXL = Pin(
     dataset="physionet/ptb-xl",
@@ -43,7 +43,10 @@ SEPARATOR = 0  # a byte no .py source contains: it marks the boundary between tw
 def fetch_ptbxl(cache_dir) -> Path:
     """The verified PTB-XL label table (:data:`PTBXL`); raises :class:`lethe.corpora.fetch.FetchError` with a
     hand-supply message while the pin has no recorded hash (and offline)."""
-    return fetch(PTBXL, cache_dir)
+    try:
+        return fetch(PTBXL, cache_dir)
+    except PinIncomplete as exc:  # this pin lives here, not in the corpora room's table
+        raise PinIncomplete(str(exc).replace("lethe.corpora.fetch", "lethe.scale.data.PTBXL")) from None
 
 
 def stdlib_root() -> Path:
