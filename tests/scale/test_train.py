@@ -125,3 +125,11 @@ def test_reference_path_agrees_with_ours(mixer, corpus):
     assert res["loss_rtol"] == LOSS_RTOL and res["grad_norm_rtol"] == GRAD_NORM_RTOL
     assert res["agree"], res["steps"]
     assert res["dispatch"]["all_dispatched"]
+
+
+@pytest.mark.parametrize("mixer", ["mamba", "gdn"])
+def test_bf16_autocast_through_our_kernels(tmp_path, mixer, corpus):
+    cfg = TrainConfig(steps=2, batch_size=2, seq_len=16, precision="bf16", val_every=2, val_batches=1)
+    res = train(get_config("tiny", mixer=mixer, n_layers=1), cfg, corpus, tmp_path, path="ours")
+    assert res["status"] == "done"
+    assert json.loads((tmp_path / "dispatch_proof.json").read_text())["all_dispatched"] is True
