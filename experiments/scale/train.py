@@ -7,6 +7,8 @@ A device call lasts at most 10 minutes: run again with the same --out to resume 
 default; --no-resume starts over). --check-steps N first runs the reference-path comparison
 (lethe.scale.train.compare_paths, N steps at --check-batch-size) into reference_check.json, once per run folder,
 and refuses to train when the paths disagree. --dry-run: the tiny config, a few steps on the CPU.
+Under torchrun (WORLD_SIZE > 1) the run is data-parallel (nccl on GPUs, gloo on the CPU; --batch-size is per
+rank) and rank 0 alone writes the folder.
 Writes into --out: log.jsonl, checkpoint.pt, dispatch_proof.json, run.json, corpus_manifest.json,
 reference_check.json, provenance.json (lethe.scale.train's module docstring says what each holds).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -68,20 +71,42 @@ def main(argv=None) -> int:
     if args.print_params:
         return 0
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    world, rank = int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+    if world > 1:
+        torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
+        if device == "cuda":
+            device = f"cuda:{int(os.environ['LOCAL_RANK'])}"
+            torch.cuda.set_device(device)
+    try:
+        return _run(args, model_cfg, device, rank)
+    finally:
+        if world > 1:
+            torch.distributed.destroy_process_group()
+
+
+def _run(args, model_cfg, device: str, rank: int) -> int:
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
     corpus = stdlib_corpus()
-    (out / "corpus_manifest.json").write_text(json.dumps(corpus.manifest, indent=2, sort_keys=True) + "\n")
+    if rank == 0:
+        (out / "corpus_manifest.json").write_text(json.dumps(corpus.manifest, indent=2, sort_keys=True) + "\n")
     cfg = TrainConfig(steps=args.steps, batch_size=args.batch_size, seq_len=args.seq_len, lr=args.lr,
                       warmup=args.warmup, precision=args.precision, seed=args.seed, val_every=args.val_every,
                       val_batches=args.val_batches, ckpt_every=args.ckpt_every, ckpt_every_s=args.ckpt_every_s,
                       time_budget_s=args.time_budget_s)
     check_path = out / "reference_check.json"
-    if args.check_steps and not (args.resume and check_path.exists()):
+    # every rank runs the check (it has no collectives) and so takes the same decision; rank 0 writes it, once
+    # every rank has looked for it
+    need_check = bool(args.check_steps) and not (args.resume and check_path.exists())
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+    if need_check:
         check_cfg = TrainConfig(**{**cfg.to_dict(), "batch_size": args.check_batch_size, "precision": "fp32",
                                    "betas": cfg.betas})
         check = compare_paths(model_cfg, check_cfg, corpus, steps=args.check_steps, device=device)
-        check_path.write_text(json.dumps(check, indent=2, sort_keys=True) + "\n")
+        if rank == 0:
+            check_path.write_text(json.dumps(check, indent=2, sort_keys=True) + "\n")
         print(f"reference check: loss rel {check['max_loss_rel']:.2e} (tol {check['loss_rtol']:.0e}), grad norm rel "
               f"{check['max_grad_norm_rel']:.2e} (tol {check['grad_norm_rtol']:.0e}): "
               f"{'agree' if check['agree'] else 'DISAGREE'}", flush=True)
@@ -89,8 +114,10 @@ def main(argv=None) -> int:
             print("the paths disagree: not training", file=sys.stderr)
             return 1
     result = train(model_cfg, cfg, corpus, out, path=args.path, device=device, resume=args.resume)
-    provenance.write(out / "provenance.json", command=" ".join(sys.argv), config=args.config, kernel_path=args.path,
-                     status=result["status"], step=result["step"], n_parameters=result["n_parameters"])
+    if rank == 0:
+        provenance.write(out / "provenance.json", command=" ".join(sys.argv), config=args.config,
+                         kernel_path=args.path, status=result["status"], step=result["step"],
+                         n_parameters=result["n_parameters"], world_size=result["world_size"])
     print(f"status {result['status']} at step {result['step']}/{args.steps}", flush=True)
     return 0 if result["status"] in ("done", "stopped", "budget") else 1
 

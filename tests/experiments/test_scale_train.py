@@ -1,6 +1,7 @@
 """experiments/scale/train.py on the CPU: the dry run end to end, its resume, the parameter count."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -29,3 +30,22 @@ def test_dry_run_writes_the_run_folder_and_resumes(tmp_path, capsys):
     assert driver.main(["--dry-run", "--out", str(out), "--steps", "3"]) == 0  # nothing left to do
     assert (out / "log.jsonl").read_text() == before
     assert "status done at step 3/3" in capsys.readouterr().out
+
+
+@pytest.mark.slow  # two processes start torch
+def test_torchrun_gloo_dry_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "OMP_NUM_THREADS": "1",
+           "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")])}
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(root / "experiments/scale/train.py"),
+           "--dry-run", "--path", "torch", "--out", str(out)]
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["world_size"] == 2 and run["status"] == "done" and run["step"] == 3
+    assert json.loads((out / "provenance.json").read_text())["world_size"] == 2

@@ -169,6 +169,31 @@ def dispatch_summary(model, steps_run: int) -> dict:
             "kernel_backends": sorted({k.split("|")[1] for k in keys})}
 
 
+def _world() -> tuple[int, int]:
+    """(rank, world size) of the initialised process group, (0, 1) without one."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _mean_over_ranks(t: torch.Tensor, world: int) -> float:
+    if world > 1:
+        t = t.clone()
+        torch.distributed.all_reduce(t)
+        t /= world
+    return t.item()
+
+
+def _any_rank(flag: bool, world: int, device) -> bool:
+    """True when ``flag`` holds on any rank (so that every rank stops at the same step)."""
+    if world == 1:
+        return flag
+    t = torch.tensor([int(flag)], device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.MAX)
+    return bool(t.item())
+
+
 def _write_proof(path: Path, summary: dict, start: int, step: int) -> None:
     """Append this segment's dispatch summary to the run's proof; segments past ``start`` (a killed process's,
     whose steps are being redone) are dropped. ``all_dispatched`` holds for the run when it holds for every
@@ -191,10 +216,18 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
 
     ``status``: ``"done"`` (``cfg.steps`` reached), ``"stopped"`` (``stop_after`` reached), ``"budget"``
     (``time_budget_s`` spent), ``"nonfinite"`` (see ``stop.json``). ``model_hook(model)`` runs once after the
-    model is built (tests use it to inject faults)."""
+    model is built (tests use it to inject faults).
+
+    Under an initialised ``torch.distributed`` process group (torchrun; gloo on the CPU, nccl on GPUs) the model is
+    wrapped in DistributedDataParallel: a step's global batch is ``batch_size * world_size`` windows (the batch a
+    single process with that batch size would draw), each rank takes its slice, the logged loss is the mean over
+    ranks, the stop decisions are agreed by all ranks, and rank 0 alone writes the run folder."""
     device = torch.device(device)
+    rank, world = _world()
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    writer = rank == 0
+    if writer:
+        out.mkdir(parents=True, exist_ok=True)
     ckpt_path, log_path = out / "checkpoint.pt", out / "log.jsonl"
     model = build(model_cfg, path, seed=cfg.seed, device=device)
     if model_hook is not None:
@@ -208,32 +241,41 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
         start = state["step"]
-    elif not resume:
+    elif not resume and writer:
         for p in (ckpt_path, log_path, out / "stop.json"):
             p.unlink(missing_ok=True)
-    _trim_log(log_path, start)
+    if writer:
+        _trim_log(log_path, start)
+    net = model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     vbatches = val_batches(corpus.val, cfg.batch_size, cfg.seq_len, cfg.val_batches)
     extra = {"model_cfg": model_cfg.to_dict(), "train_cfg": cfg.to_dict(), "manifest_sha256": corpus.manifest_sha256,
              "path": path}
     params = [p for p in model.parameters() if p.requires_grad]
-    info = {**extra, "n_parameters": count_parameters(model), "device": str(device), "resumed_from": start,
+    info = {**extra, "n_parameters": count_parameters(model), "device": str(device), "world_size": world,
+            "resumed_from": start,
             "corpus": {k: v for k, v in corpus.manifest.items() if k != "files"}}
     t_start = t_ckpt = time.monotonic()
     step, status, stop = start, "done", None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    with log_path.open("a") as log:
+    with log_path.open("a") if writer else contextlib.nullcontext() as log:
         def emit(row):
-            log.write(json.dumps(row, sort_keys=True) + "\n")
-            log.flush()
+            if writer:
+                log.write(json.dumps(row, sort_keys=True) + "\n")
+                log.flush()
 
         while step < cfg.steps:
-            x, y = train_batch(corpus.train, step, cfg.batch_size, cfg.seq_len, cfg.seed)
+            x, y = train_batch(corpus.train, step, cfg.batch_size * world, cfg.seq_len, cfg.seed)
+            x, y = x[rank * cfg.batch_size:(rank + 1) * cfg.batch_size], y[rank * cfg.batch_size:(rank + 1) * cfg.batch_size]
             for g in opt.param_groups:
                 g["lr"] = lr_at(cfg, step)
             t0 = time.perf_counter()
-            loss = lm_loss(model, x, y, device, cfg.precision)
-            lval = loss.item()
+            loss = lm_loss(net, x, y, device, cfg.precision)
+            lval = _mean_over_ranks(loss.detach(), world)
             if not math.isfinite(lval):
                 stop = {"step": step, "reason": "non-finite loss", "loss": repr(lval)}
                 break
@@ -252,15 +294,16 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
             dt = time.perf_counter() - t0
             step += 1
             emit({"kind": "train", "step": step, "loss": lval, "grad_norm": gnorm, "lr": lr_at(cfg, step - 1),
-                  "seconds": dt, "tokens_per_s": cfg.batch_size * cfg.seq_len / dt,
+                  "seconds": dt, "tokens_per_s": cfg.batch_size * world * cfg.seq_len / dt,
                   "peak_memory_bytes": peak_memory_bytes(device)})
             if cfg.val_every and (step % cfg.val_every == 0 or step == cfg.steps):
                 emit({"kind": "val", "step": step, "loss": validate(model, vbatches, device, cfg.precision)})
             now = time.monotonic()
-            over_budget = cfg.time_budget_s is not None and now - t_start >= cfg.time_budget_s
+            over_budget = _any_rank(cfg.time_budget_s is not None and now - t_start >= cfg.time_budget_s, world,
+                                    device)
             halt = cfg.stop_after is not None and step >= cfg.stop_after
-            if (step % cfg.ckpt_every == 0 or now - t_ckpt >= cfg.ckpt_every_s or halt or over_budget
-                    or step == cfg.steps):
+            if writer and (step % cfg.ckpt_every == 0 or now - t_ckpt >= cfg.ckpt_every_s or halt or over_budget
+                           or step == cfg.steps):
                 save_checkpoint(ckpt_path, model, opt, step, extra)
                 t_ckpt = now
             if halt or over_budget:
@@ -268,10 +311,14 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
                 break
     if stop is not None:
         status = "nonfinite"
-        _atomic_json(out / "stop.json", stop)
-    _write_proof(out / "dispatch_proof.json", dispatch_summary(model, step - start), start, step)
     result = {**info, "status": status, "step": step, "stop": stop}
-    _atomic_json(out / "run.json", result)
+    if writer:
+        if stop is not None:
+            _atomic_json(out / "stop.json", stop)
+        _write_proof(out / "dispatch_proof.json", dispatch_summary(model, step - start), start, step)
+        _atomic_json(out / "run.json", result)
+    if world > 1:
+        torch.distributed.barrier()
     return result
 
 
