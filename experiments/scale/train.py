@@ -47,6 +47,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--val-batches", type=int, default=8)
     ap.add_argument("--ckpt-every", type=int, default=100)
     ap.add_argument("--ckpt-every-s", type=float, default=240.0)
+    ap.add_argument("--ckpt-dir", default=None, help="where checkpoint.pt lives (default: --out)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="auto", help="auto: cuda when available, else cpu")
     ap.add_argument("--check-steps", type=int, default=0, help="reference-path comparison steps before training")
@@ -113,7 +114,8 @@ def _run(args, model_cfg, device: str, rank: int) -> int:
         if not check["agree"]:
             print("the paths disagree: not training", file=sys.stderr)
             return 1
-    result = train(model_cfg, cfg, corpus, out, path=args.path, device=device, resume=args.resume)
+    result = train(model_cfg, cfg, corpus, out, path=args.path, device=device, resume=args.resume,
+                   ckpt_dir=args.ckpt_dir)
     if rank == 0:
         provenance.write(out / "provenance.json", command=" ".join(sys.argv), config=args.config,
                          kernel_path=args.path, status=result["status"], step=result["step"],

@@ -133,3 +133,11 @@ def test_bf16_autocast_through_our_kernels(tmp_path, mixer, corpus):
     res = train(get_config("tiny", mixer=mixer, n_layers=1), cfg, corpus, tmp_path, path="ours")
     assert res["status"] == "done"
     assert json.loads((tmp_path / "dispatch_proof.json").read_text())["all_dispatched"] is True
+
+
+def test_checkpoint_in_its_own_folder(tmp_path, corpus):
+    short = TrainConfig(**{**CFG.to_dict(), "stop_after": 2, "betas": CFG.betas})
+    train(TINY, short, corpus, tmp_path / "run", path="torch", ckpt_dir=tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "checkpoint.pt").is_file() and not (tmp_path / "run" / "checkpoint.pt").exists()
+    res = train(TINY, CFG, corpus, tmp_path / "run", path="torch", ckpt_dir=tmp_path / "ckpt")
+    assert res["resumed_from"] == 2 and res["status"] == "done"

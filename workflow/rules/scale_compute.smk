@@ -7,7 +7,9 @@
 #   arguments: config gpu_args.scale_train (e.g. "--config 1b --steps 2000 --time-budget-s 480"); the run's
 #   name: config gpu_run. The rule's output is the run's run.json, not its folder, so that Snakemake never
 #   deletes the checkpoint: the next call is --forcerun scale_train (the driver resumes; --no-resume in
-#   gpu_args starts over).
+#   gpu_args starts over). The checkpoint (~13 GB for the 1b config with AdamW's moments) lives in
+#   cache/scale_train/<run>/, outside the folders a device call packs; it survives between calls only while the
+#   machine is held (a fresh machine starts the run over).
 SCALE_GPU_ARGS = config.get("gpu_args", {})
 SCALE_GPU_RUN = config.get("gpu_run", "run")
 SCALE_CACHE = config.get("corpora", {}).get("cache_dir", "cache/corpora")
@@ -33,10 +35,11 @@ rule scale_train:
     output:
         run=f".build/runs/scale_train/{SCALE_GPU_RUN}/run.json",
     params:
+        ckpt=f"cache/scale_train/{SCALE_GPU_RUN}",
         extra=SCALE_GPU_ARGS.get("scale_train", "--config 1b --check-steps 3 --time-budget-s 480"),
     resources:
         gpu=1,
     log:
         "logs/scale/train.log",
     shell:
-        "python3 {input.driver} --out $(dirname {output.run}) {params.extra} > {log} 2>&1"
+        "python3 {input.driver} --out $(dirname {output.run}) --ckpt-dir {params.ckpt} {params.extra} > {log} 2>&1"

@@ -211,12 +211,13 @@ def _write_proof(path: Path, summary: dict, start: int, step: int) -> None:
 
 
 def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir, path: str = "ours",
-          device: str | torch.device = "cpu", resume: bool = True, model_hook=None) -> dict:
+          device: str | torch.device = "cpu", resume: bool = True, model_hook=None, ckpt_dir=None) -> dict:
     """Train (or resume) a run in ``out_dir`` (module docstring); returns ``run.json``'s content.
 
     ``status``: ``"done"`` (``cfg.steps`` reached), ``"stopped"`` (``stop_after`` reached), ``"budget"``
     (``time_budget_s`` spent), ``"nonfinite"`` (see ``stop.json``). ``model_hook(model)`` runs once after the
-    model is built (tests use it to inject faults).
+    model is built (tests use it to inject faults). ``ckpt_dir`` (default ``out_dir``) holds ``checkpoint.pt``:
+    at 1.1e9 parameters it is ~13 GB with AdamW's moments, too large to travel with a device call's results.
 
     Under an initialised ``torch.distributed`` process group (torchrun; gloo on the CPU, nccl on GPUs) the model is
     wrapped in DistributedDataParallel: a step's global batch is ``batch_size * world_size`` windows (the batch a
@@ -228,7 +229,9 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
     writer = rank == 0
     if writer:
         out.mkdir(parents=True, exist_ok=True)
-    ckpt_path, log_path = out / "checkpoint.pt", out / "log.jsonl"
+    ckpt_path, log_path = Path(ckpt_dir or out) / "checkpoint.pt", out / "log.jsonl"
+    if writer:
+        ckpt_path.parent.mkdir(parents=True, exist_ok=True)
     model = build(model_cfg, path, seed=cfg.seed, device=device)
     if model_hook is not None:
         model_hook(model)
