@@ -141,3 +141,24 @@ def test_checkpoint_in_its_own_folder(tmp_path, corpus):
     assert (tmp_path / "ckpt" / "checkpoint.pt").is_file() and not (tmp_path / "run" / "checkpoint.pt").exists()
     res = train(TINY, CFG, corpus, tmp_path / "run", path="torch", ckpt_dir=tmp_path / "ckpt")
     assert res["resumed_from"] == 2 and res["status"] == "done"
+
+
+def test_time_budget_checkpoints_and_stops(tmp_path, corpus):
+    res = train(TINY, TrainConfig(**{**CFG.to_dict(), "time_budget_s": 0.0, "ckpt_every": 1000, "betas": CFG.betas}),
+                corpus, tmp_path, path="torch")
+    assert res["status"] == "budget" and res["step"] == 1
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["step"] == 1
+    again = train(TINY, CFG, corpus, tmp_path, path="torch")
+    assert again["resumed_from"] == 1 and again["status"] == "done"
+
+
+def test_checkpoint_every_few_seconds(tmp_path, corpus, monkeypatch):
+    saved = []
+    import lethe.scale.train as tr
+
+    real = tr.save_checkpoint
+    monkeypatch.setattr(tr, "save_checkpoint", lambda path, m, o, step, extra: (saved.append(step),
+                                                                               real(path, m, o, step, extra)))
+    train(TINY, TrainConfig(**{**CFG.to_dict(), "ckpt_every": 1000, "ckpt_every_s": 0.0, "betas": CFG.betas}),
+          corpus, tmp_path, path="torch")
+    assert saved == [1, 2, 3, 4, 5, 6]
