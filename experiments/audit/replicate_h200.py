@@ -103,6 +103,61 @@ def mixed_run(lb: Path, kb: str, out: Path, n_cuda: int, n_self: int) -> dict:
     return origin
 
 
+def sha_order(items: list[dict]) -> list[dict]:
+    """The corpus in one fixed order, SHA-256 of the kernel id: independent of levels, models and file names, so
+    any prefix is a sample spread over all of them, and successive device calls walk the same sequence."""
+    import hashlib
+
+    return sorted(items, key=lambda it: hashlib.sha256(it["id"].encode()).hexdigest())
+
+
+def audited_ids(rows_path: str) -> set[str]:
+    """Kernel ids that already have committed verdict rows (an earlier device call audited them)."""
+    if not rows_path or not Path(rows_path).is_file():
+        return set()
+    import pyarrow.parquet as pq
+
+    return {str(i) for i in pq.read_table(rows_path, columns=["id"]).column("id").to_pylist()}
+
+
+def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str]) -> list[str]:
+    """A KernelBench run folder with the next ``n`` leaderboard kernels in :func:`sha_order` that ``done`` lacks:
+    one device call audits what its lease can build, the next one carries on where it stopped."""
+    import shutil
+
+    from lethe.audit.batch import discover
+
+    out.mkdir(parents=True, exist_ok=True)
+    todo = [it for it in sha_order([it for it in discover(str(lb), kernelbench=kb) if it.get("candidate")])
+            if it["id"] not in done][:n]
+    for it in todo:
+        shutil.copy(it["cand_path"], out / Path(it["cand_path"]).name)
+    return [it["id"] for it in todo]
+
+
+def prune_unbuilt(target: Path, kb: str, work: Path, spill: Path) -> list[str]:
+    """Move out of ``target`` every CUDA candidate whose extension build did not finish (the build step's wall
+    budget ran out before it started or while it ran), so KernelBench's check and the audit judge only kernels
+    whose build outcome is known and neither compiles anything; a failed build stays (it is a finding)."""
+    from lethe.audit.batch import _cuda_items, discover
+
+    finished = set()
+    for f in sorted(work.glob("builds-*.jsonl")):
+        for line in f.read_text(encoding="utf-8").splitlines():
+            try:
+                finished.add(json.loads(line)["id"])
+            except (ValueError, KeyError):
+                continue
+    spill.mkdir(parents=True, exist_ok=True)
+    moved = []
+    for it in _cuda_items(discover(str(target), kernelbench=kb)):
+        if it["id"] not in finished:
+            p = Path(it["cand_path"])
+            p.rename(spill / p.name)
+            moved.append(it["id"])
+    return sorted(moved)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--run", required=True)
@@ -116,6 +171,11 @@ def main(argv=None) -> int:
     ap.add_argument("--trusted-s", type=float, default=240.0, help="wall budget of the trusted corpus's H200 column")
     ap.add_argument("--subset", type=int, default=0, help="audit a mixed folder with this many leaderboard kernels")
     ap.add_argument("--n-self", type=int, default=10, help="reference-as-candidate kernels in the mixed folder")
+    ap.add_argument("--slice", type=int, default=0,
+                    help="audit the next this many leaderboard kernels (SHA-256-of-id order) not in --done")
+    ap.add_argument("--done", default="", help="committed rows.parquet whose kernel ids --slice skips")
+    ap.add_argument("--build-budget-s", type=float, default=0.0,
+                    help="no extension build starts after this many seconds; kernels left unbuilt wait for the next call")
     ap.add_argument("--lat-n", type=int, default=10, help="latency benchmark: kernels of each kind")
     ap.add_argument("--lat-steps", default="build,cold,warm,phases,kb,batch")
     ap.add_argument("--reference-device", default="auto", choices=["auto", "cpu", "cuda"],
@@ -133,7 +193,14 @@ def main(argv=None) -> int:
     step(run, "materialise", [py, "-m", "lethe.corpora.leaderboard", "materialise", "--out", str(lb), "--raw", a.raw,
                               "--kb", a.kb])
     target = lb
-    if a.subset:
+    if a.slice:
+        target = run / "slice"
+        if "slice" not in _state(run):
+            ids = slice_run(lb, a.kb, target, a.slice, audited_ids(a.done))
+            state = _state(run)
+            state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(audited_ids(a.done))}
+            _save(run, state)
+    elif a.subset:
         target = run / "mixed"
         if "mixed" not in _state(run):
             origin = mixed_run(lb, a.kb, target, a.subset, a.n_self)
@@ -142,7 +209,7 @@ def main(argv=None) -> int:
             _save(run, state)
     audit = [py, "-m", "lethe.cli", "audit", str(target), "--kernelbench", a.kb, "--profiles", PROFILES,
              "--workers", str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus",
-             "leaderboard" if not a.subset else "mixed", "--out", str(run / "out" / "audit"), "--quiet",
+             "mixed" if a.subset and not a.slice else "leaderboard", "--out", str(run / "out" / "audit"), "--quiet",
              "--reference-device", a.reference_device]
     from lethe.audit.batch import discover
 
@@ -155,12 +222,21 @@ def main(argv=None) -> int:
                                      str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
 
     if "build" not in skip:
+        if a.build_budget_s and "build" not in _state(run):
+            os.environ["LETHE_BUILD_DEADLINE"] = str(time.time() + a.build_budget_s)
         step(run, "build", audit + ["--build-only"])
+        os.environ.pop("LETHE_BUILD_DEADLINE", None)
+        if a.slice and "prune" not in _state(run):
+            moved = prune_unbuilt(target, a.kb, run / "out" / "audit" / "work", run / "slice-unbuilt")
+            state = _state(run)
+            state["prune"] = {"rc": 0, "unbuilt": moved}
+            _save(run, state)
+            build_map(discover(str(target), kernelbench=a.kb), run / "buildmap.json")
     kernelbench("real")
     if "audit" not in skip:
         audit[audit.index("--build-workers") + 1] = "0"
         # The resume test: the first attempt is killed with SIGKILL mid-run; the same command then finishes it.
-        if "audit_killed" not in _state(run):
+        if "audit_killed" not in _state(run) and "audit_killed" not in skip:
             step(run, "audit_killed", audit, timeout_s=a.kill_after)
         step(run, "audit", audit)
     if "latency" not in skip:

@@ -267,8 +267,13 @@ def _build_worker(slot: str, spec_path: str) -> int:
     work = Path(spec_path).parent
     items = _cuda_items(discover(spec["root"], ref=spec["ref"], kernelbench=spec["kernelbench"],
                                  problem_base=spec["problem_base"]))[i::n]
+    # A wall budget for the whole pool (LETHE_BUILD_DEADLINE, a Unix time): no build starts after it, the ones
+    # running finish, so a budgeted device call ends with every started build either done or failed.
+    deadline = float(os.environ.get("LETHE_BUILD_DEADLINE") or "inf")
     with open(work / f"builds-{i}.jsonl", "a", encoding="utf-8") as log:
         for it in items:
+            if time.time() > deadline:
+                break
             t0 = time.perf_counter()
             root, marker, res = extensions.ensure_built(it["candidate"], runner=run_isolated, device="cuda",
                                                         timeout_s=spec.get("build_timeout_s", 900.0),

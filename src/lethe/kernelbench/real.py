@@ -835,6 +835,26 @@ def _write_lines(path: Path, objs: Iterable[Mapping[str, Any]]) -> None:
     os.replace(tmp, path)
 
 
+def summarise(rows: list[Mapping[str, Any]], timing: list[Mapping[str, Any]], *, impl: str,
+              kernels: int) -> dict[str, Any]:
+    """The judge's summary over its rows and their timing lines (one each per kernel): outcome counts, accepted
+    / rejected / not recorded, worker events, builds against reused prebuilt extensions, judge wall time. Also
+    what a union of several device calls' rows is summarised with (experiments/audit/ingest_h200.py)."""
+    walls = [t["wall_s"] for t in timing if t["wall_s"] is not None]
+    return {
+        "impl": impl, "kernels": kernels, "rows": len(rows), "missing": kernels - len(rows),
+        "outcomes": dict(sorted(Counter(r["outcome"] for r in rows).items())),
+        "accepted": sum(1 for r in rows if r["correct"] is True),
+        "rejected": sum(1 for r in rows if r["correct"] is False),
+        "not_recorded": sum(1 for r in rows if r["correct"] is None),
+        "worker_events": dict(sorted(Counter(r["worker_event"] for r in rows if r["worker_event"]).items())),
+        "builds": sum(1 for t in timing if t["built"] is True),
+        "prebuilt_reused": sum(1 for t in timing if t["built"] is False),
+        "judge_wall_s_sum": round(sum(walls), 1),
+        "judge_wall_s_median": round(sorted(walls)[len(walls) // 2], 3) if walls else None,
+    }
+
+
 def gather(items: list[dict[str, Any]], out: Path, work: Path, *, impl: str, checkout, infos: list[dict[str, Any]],
            settings: dict[str, Any]) -> dict[str, Any]:
     """rows.jsonl, timing.jsonl, summary.json and provenance.json from the checkpoint (latest row per id)."""
@@ -850,19 +870,7 @@ def gather(items: list[dict[str, Any]], out: Path, work: Path, *, impl: str, che
     timing = [{k: latest[i].get("timing", {}).get(k) for k in TIMING_FIELDS} for i in ids]
     _write_lines(out / "rows.jsonl", rows)
     _write_lines(out / "timing.jsonl", timing)
-    walls = [t["wall_s"] for t in timing if t["wall_s"] is not None]
-    summary = {
-        "impl": impl, "kernels": len(items), "rows": len(rows), "missing": len(items) - len(rows),
-        "outcomes": dict(sorted(Counter(r["outcome"] for r in rows).items())),
-        "accepted": sum(1 for r in rows if r["correct"] is True),
-        "rejected": sum(1 for r in rows if r["correct"] is False),
-        "not_recorded": sum(1 for r in rows if r["correct"] is None),
-        "worker_events": dict(sorted(Counter(r["worker_event"] for r in rows if r["worker_event"]).items())),
-        "builds": sum(1 for t in timing if t["built"] is True),
-        "prebuilt_reused": sum(1 for t in timing if t["built"] is False),
-        "judge_wall_s_sum": round(sum(walls), 1),
-        "judge_wall_s_median": round(sorted(walls)[len(walls) // 2], 3) if walls else None,
-    }
+    summary = summarise(rows, timing, impl=impl, kernels=len(items))
     (out / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     workers = {}
     for key in ("gpu", "driver", "capability", "cuda_runtime", "torch", "torch_cuda", "python", "pydantic",
