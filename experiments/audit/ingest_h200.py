@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,6 +50,34 @@ def _outcomes(rows: list[dict]) -> dict:
         if d and d not in o["details"]:
             o["details"].append(d)
     return dict(sorted(out.items()))
+
+
+def _write_union(path: Path, old: list[dict], new: list[dict]) -> list[dict]:
+    """Write the union of two sets of per-kernel lines keyed by ``id`` (a kernel judged again: the new line
+    wins), in KernelBench id order; returns it."""
+    from lethe.kernelbench.real import id_key
+
+    by_id = {str(r["id"]): r for r in old}
+    by_id.update({str(r["id"]): r for r in new})
+    out = [by_id[i] for i in sorted(by_id, key=id_key)]
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in out))
+    return out
+
+
+def merge_rows(dst: Path, new: Path) -> int:
+    """The committed verdict rows of a corpus audited over several device calls: the union keyed by (id,
+    profile), a kernel audited again replaced by its newest rows, ordered by id then profile."""
+    from lethe.kernelbench.real import id_key
+    from lethe.verifier.records import read_rows, write_rows
+
+    by_key = {(str(r["id"]), r["profile"]): r for r in (read_rows(dst) if dst.is_file() else [])}
+    fresh = read_rows(new)
+    for k in {str(r["id"]) for r in fresh}:
+        for key in [key for key in by_key if key[0] == k]:
+            del by_key[key]
+    by_key.update({(str(r["id"]), r["profile"]): r for r in fresh})
+    write_rows([by_key[k] for k in sorted(by_key, key=lambda k: (id_key(k[0]), k[1]))], dst)
+    return len(by_key)
 
 
 def _write_json(path: Path, doc) -> None:
@@ -93,7 +122,7 @@ def preregistered(out_a: Path, sources: str, kb: str) -> dict:
 
 
 def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", sources: str = "",
-           kb: str = "") -> dict:
+           kb: str = "", merge: bool = False) -> dict:
     from lethe import provenance
 
     tmp = Path(tempfile.mkdtemp(prefix="lethe-ingest-"))
@@ -106,26 +135,45 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
     out_a = ROOT / "results" / "audit" / corpus
     if (audit / "rows.parquet").is_file():
         out_a.mkdir(parents=True, exist_ok=True)
-        shutil.copy(audit / "rows.parquet", out_a / "rows.parquet")
-        shutil.copy(audit / "summary.jsonl", out_a / "summary.jsonl")
-        builds = [r for f in sorted((audit / "work").glob("builds-*.jsonl")) for r in _lines(f)]
-        (out_a / "builds.jsonl").write_text("".join(json.dumps({k: r[k] for k in sorted(r) if k != "root"},
-                                                               sort_keys=True) + "\n" for r in builds))
+        builds = [{k: r[k] for k in sorted(r) if k != "root"}
+                  for f in sorted((audit / "work").glob("builds-*.jsonl")) for r in _lines(f)]
+        if merge:
+            merge_rows(out_a / "rows.parquet", audit / "rows.parquet")
+            _write_union(out_a / "summary.jsonl", _lines(out_a / "summary.jsonl"), _lines(audit / "summary.jsonl"))
+            _write_union(out_a / "builds.jsonl", _lines(out_a / "builds.jsonl"), builds)
+        else:
+            shutil.copy(audit / "rows.parquet", out_a / "rows.parquet")
+            shutil.copy(audit / "summary.jsonl", out_a / "summary.jsonl")
+            (out_a / "builds.jsonl").write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in builds))
         if (tmp / "mixed" / "origin.json").is_file():
             shutil.copy(tmp / "mixed" / "origin.json", out_a / "origin.json")
         rows = [json.loads(x) for x in (audit / "rows.jsonl").read_text().splitlines()]
         keys = [(r["id"], r["profile"]) for r in rows]
         killed, full = state.get("audit_killed", {}), state.get("audit", {})
-        ck_lines = sum(len(_lines(f)) for f in (audit / "work").glob("shard-*.jsonl"))
-        _write_json(out_a / "resume.json", {
-            "first_attempt": {"rc": killed.get("rc"), "wall_s": killed.get("wall_s"),
-                              "killed_with": "SIGKILL (subprocess timeout)"},
-            "second_attempt": {"rc": full.get("rc"), "wall_s": full.get("wall_s")},
-            "rows": len(rows), "unique_rows": len(set(keys)), "kernels": len({k for k, _ in keys}),
-            "checkpoint_lines": ck_lines, "build": state.get("build", {}).get("wall_s")})
-        _write_json(out_a / "provenance.json", device_provenance(
-            rows, state, run_commit, "experiments/audit/replicate_h200.py (steps build, audit_killed, audit)",
-            provenance.collect()))
+        if merge:
+            # One line per device call in the index; provenance.json is the newest call's, naming the others.
+            prov = device_provenance(rows, state, run_commit, "experiments/audit/replicate_h200.py --slice",
+                                     provenance.collect())
+            prov.update(kernels=len({k for k, _ in keys}), rows=len(rows),
+                        unbuilt_left_for_next_call=len(state.get("prune", {}).get("unbuilt", [])),
+                        builds=dict(sorted(Counter("ok" if b["ok"] else "failed" for b in builds).items())))
+            with open(out_a / "runs.jsonl", "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(prov, sort_keys=True) + "\n")
+            runs = _lines(out_a / "runs.jsonl")
+            _write_json(out_a / "provenance.json", {**prov, "runs": len(runs),
+                                                    "run_commits": sorted({r["git_sha"] for r in runs}),
+                                                    "index": "runs.jsonl (one line per device call)"})
+        else:
+            ck_lines = sum(len(_lines(f)) for f in (audit / "work").glob("shard-*.jsonl"))
+            _write_json(out_a / "resume.json", {
+                "first_attempt": {"rc": killed.get("rc"), "wall_s": killed.get("wall_s"),
+                                  "killed_with": "SIGKILL (subprocess timeout)"},
+                "second_attempt": {"rc": full.get("rc"), "wall_s": full.get("wall_s")},
+                "rows": len(rows), "unique_rows": len(set(keys)), "kernels": len({k for k, _ in keys}),
+                "checkpoint_lines": ck_lines, "build": state.get("build", {}).get("wall_s")})
+            _write_json(out_a / "provenance.json", device_provenance(
+                rows, state, run_commit, "experiments/audit/replicate_h200.py (steps build, audit_killed, audit)",
+                provenance.collect()))
         done["audit"] = len(rows)
         if sources:
             done["preregistered"] = preregistered(out_a, sources, kb)["verdict"]
@@ -168,9 +216,17 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
             continue
         dst = out_d / "kb_real" / impl
         dst.mkdir(parents=True, exist_ok=True)
-        for name in ("rows.jsonl", "timing.jsonl", "summary.json", "provenance.json"):
-            if (src / name).is_file():
-                shutil.copy(src / name, dst / name)
+        if merge:
+            from lethe.kernelbench.real import summarise
+
+            rows_u = _write_union(dst / "rows.jsonl", _lines(dst / "rows.jsonl"), _lines(src / "rows.jsonl"))
+            timing_u = _write_union(dst / "timing.jsonl", _lines(dst / "timing.jsonl"), _lines(src / "timing.jsonl"))
+            _write_json(dst / "summary.json", summarise(rows_u, timing_u, impl=impl, kernels=len(rows_u)))
+            shutil.copy(src / "provenance.json", dst / "provenance.json")
+        else:
+            for name in ("rows.jsonl", "timing.jsonl", "summary.json", "provenance.json"):
+                if (src / name).is_file():
+                    shutil.copy(src / name, dst / name)
         done[impl] = len(_lines(src / "rows.jsonl"))
     for replica in ("replica-paper", "replica-hardened"):
         if "real" in done and replica in done:
@@ -185,7 +241,8 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
 
         audit_rows = [r for r in read_rows(out_a / "rows.parquet") if r["profile"] == "strict"]
         real_rows = _lines(out_d / "kb_real" / "real" / "rows.jsonl")
-        battery_from = "this device call" if "audit" in done else (
+        battery_from = f"results/audit/{corpus}/rows.parquet (every device call in runs.jsonl)" if merge else \
+            "this device call" if "audit" in done else (
             "results/audit/%s/rows.parquet as committed (run commit %s)" % (
                 corpus, json.loads((out_a / "provenance.json").read_text()).get("git_sha", "unknown")
                 if (out_a / "provenance.json").is_file() else "unknown"))
@@ -206,8 +263,11 @@ def main(argv=None) -> int:
     ap.add_argument("--run-commit", default="unknown", help="the commit whose working tree the device ran")
     ap.add_argument("--sources", default="", help="the same run folder on this machine (fast-math flags)")
     ap.add_argument("--kb", default="", help="its KernelBench problems (with --sources)")
+    ap.add_argument("--merge", action="store_true",
+                    help="add this call's kernels to the corpus's committed results (a --slice run) instead of "
+                         "replacing them; the call is appended to results/audit/<corpus>/runs.jsonl")
     a = ap.parse_args(argv)
-    print(json.dumps(ingest(a.tar, a.corpus, a.run_commit, a.sources, a.kb), sort_keys=True))
+    print(json.dumps(ingest(a.tar, a.corpus, a.run_commit, a.sources, a.kb, a.merge), sort_keys=True))
     return 0
 
 
