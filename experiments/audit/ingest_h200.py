@@ -25,6 +25,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from lethe.audit import accumulate as A
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -50,34 +52,6 @@ def _outcomes(rows: list[dict]) -> dict:
         if d and d not in o["details"]:
             o["details"].append(d)
     return dict(sorted(out.items()))
-
-
-def _write_union(path: Path, old: list[dict], new: list[dict]) -> list[dict]:
-    """Write the union of two sets of per-kernel lines keyed by ``id`` (a kernel judged again: the new line
-    wins), in KernelBench id order; returns it."""
-    from lethe.kernelbench.real import id_key
-
-    by_id = {str(r["id"]): r for r in old}
-    by_id.update({str(r["id"]): r for r in new})
-    out = [by_id[i] for i in sorted(by_id, key=id_key)]
-    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in out))
-    return out
-
-
-def merge_rows(dst: Path, new: Path) -> int:
-    """The committed verdict rows of a corpus audited over several device calls: the union keyed by (id,
-    profile), a kernel audited again replaced by its newest rows, ordered by id then profile."""
-    from lethe.kernelbench.real import id_key
-    from lethe.verifier.records import read_rows, write_rows
-
-    by_key = {(str(r["id"]), r["profile"]): r for r in (read_rows(dst) if dst.is_file() else [])}
-    fresh = read_rows(new)
-    for k in {str(r["id"]) for r in fresh}:
-        for key in [key for key in by_key if key[0] == k]:
-            del by_key[key]
-    by_key.update({(str(r["id"]), r["profile"]): r for r in fresh})
-    write_rows([by_key[k] for k in sorted(by_key, key=lambda k: (id_key(k[0]), k[1]))], dst)
-    return len(by_key)
 
 
 def _write_json(path: Path, doc) -> None:
@@ -133,14 +107,28 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
 
     audit = tmp / "out" / "audit"
     out_a = ROOT / "results" / "audit" / corpus
+    if merge and sources and not (audit / "rows.parquet").is_file() and (audit / "work" / "spec.json").is_file():
+        # The call's time ran out during the audit: keep every kernel whose rows (all profiles) were finished.
+        from lethe.audit.batch import gather_finished
+
+        fin = gather_finished(audit / "work", sources, kernelbench=kb or None, out=audit)
+        last = max((f.stat().st_mtime for f in (audit / "work").glob("shard-*.jsonl")), default=None)
+        if last and state.get("audit", {}).get("started"):
+            state["audit"]["wall_s_to_last_row"] = round(last - state["audit"]["started"], 1)
+        judged = set(state.get("slice", {}).get("ids", [])) - set(state.get("prune", {}).get("unbuilt", []))
+        state.setdefault("audit", {})["unfinished"] = sorted(set(fin["incomplete"]) & judged)
     if (audit / "rows.parquet").is_file():
         out_a.mkdir(parents=True, exist_ok=True)
         builds = [{k: r[k] for k in sorted(r) if k != "root"}
                   for f in sorted((audit / "work").glob("builds-*.jsonl")) for r in _lines(f)]
         if merge:
-            merge_rows(out_a / "rows.parquet", audit / "rows.parquet")
-            _write_union(out_a / "summary.jsonl", _lines(out_a / "summary.jsonl"), _lines(audit / "summary.jsonl"))
-            _write_union(out_a / "builds.jsonl", _lines(out_a / "builds.jsonl"), builds)
+            from lethe.verifier.records import read_rows, write_rows
+
+            old = read_rows(out_a / "rows.parquet") if (out_a / "rows.parquet").is_file() else []
+            write_rows(A.merge_rows(old, read_rows(audit / "rows.parquet")), out_a / "rows.parquet")
+            A.write_lines(out_a / "summary.jsonl", A.union_lines(_lines(out_a / "summary.jsonl"),
+                                                                 _lines(audit / "summary.jsonl")))
+            A.write_lines(out_a / "builds.jsonl", A.union_lines(_lines(out_a / "builds.jsonl"), builds))
         else:
             shutil.copy(audit / "rows.parquet", out_a / "rows.parquet")
             shutil.copy(audit / "summary.jsonl", out_a / "summary.jsonl")
@@ -156,7 +144,10 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
                                      provenance.collect())
             prov.update(kernels=len({k for k, _ in keys}), rows=len(rows),
                         unbuilt_left_for_next_call=len(state.get("prune", {}).get("unbuilt", [])),
+                        unfinished_audits_left_for_next_call=len(state.get("audit", {}).get("unfinished", [])),
                         builds=dict(sorted(Counter("ok" if b["ok"] else "failed" for b in builds).items())))
+            prov["throughput"] = A.throughput(state, len(builds), len({k for k, _ in keys}),
+                                            len(_lines(tmp / "out" / "kb-real" / "rows.jsonl")))
             with open(out_a / "runs.jsonl", "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(prov, sort_keys=True) + "\n")
             runs = _lines(out_a / "runs.jsonl")
@@ -219,8 +210,10 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
         if merge:
             from lethe.kernelbench.real import summarise
 
-            rows_u = _write_union(dst / "rows.jsonl", _lines(dst / "rows.jsonl"), _lines(src / "rows.jsonl"))
-            timing_u = _write_union(dst / "timing.jsonl", _lines(dst / "timing.jsonl"), _lines(src / "timing.jsonl"))
+            rows_u = A.union_lines(_lines(dst / "rows.jsonl"), _lines(src / "rows.jsonl"))
+            timing_u = A.union_lines(_lines(dst / "timing.jsonl"), _lines(src / "timing.jsonl"))
+            A.write_lines(dst / "rows.jsonl", rows_u)
+            A.write_lines(dst / "timing.jsonl", timing_u)
             _write_json(dst / "summary.json", summarise(rows_u, timing_u, impl=impl, kernels=len(rows_u)))
             shutil.copy(src / "provenance.json", dst / "provenance.json")
         else:

@@ -103,59 +103,34 @@ def mixed_run(lb: Path, kb: str, out: Path, n_cuda: int, n_self: int) -> dict:
     return origin
 
 
-def sha_order(items: list[dict]) -> list[dict]:
-    """The corpus in one fixed order, SHA-256 of the kernel id: independent of levels, models and file names, so
-    any prefix is a sample spread over all of them, and successive device calls walk the same sequence."""
-    import hashlib
-
-    return sorted(items, key=lambda it: hashlib.sha256(it["id"].encode()).hexdigest())
-
-
-def audited_ids(rows_path: str) -> set[str]:
-    """Kernel ids that already have committed verdict rows (an earlier device call audited them)."""
-    if not rows_path or not Path(rows_path).is_file():
-        return set()
-    import pyarrow.parquet as pq
-
-    return {str(i) for i in pq.read_table(rows_path, columns=["id"]).column("id").to_pylist()}
-
-
 def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str]) -> list[str]:
-    """A KernelBench run folder with the next ``n`` leaderboard kernels in :func:`sha_order` that ``done`` lacks:
-    one device call audits what its lease can build, the next one carries on where it stopped."""
+    """A KernelBench run folder with the next ``n`` leaderboard kernels not yet committed
+    (lethe.audit.accumulate.next_slice)."""
     import shutil
 
+    from lethe.audit.accumulate import next_slice
     from lethe.audit.batch import discover
 
     out.mkdir(parents=True, exist_ok=True)
-    todo = [it for it in sha_order([it for it in discover(str(lb), kernelbench=kb) if it.get("candidate")])
-            if it["id"] not in done][:n]
+    todo = next_slice(discover(str(lb), kernelbench=kb), n, done)
     for it in todo:
         shutil.copy(it["cand_path"], out / Path(it["cand_path"]).name)
     return [it["id"] for it in todo]
 
 
 def prune_unbuilt(target: Path, kb: str, work: Path, spill: Path) -> list[str]:
-    """Move out of ``target`` every CUDA candidate whose extension build did not finish (the build step's wall
-    budget ran out before it started or while it ran), so KernelBench's check and the audit judge only kernels
-    whose build outcome is known and neither compiles anything; a failed build stays (it is a finding)."""
+    """Move the kernels the build budget left unbuilt out of ``target`` (KernelBench's check and the audit then
+    judge only kernels whose build outcome is known, and compile nothing); the next call takes them."""
+    from lethe.audit.accumulate import unbuilt
     from lethe.audit.batch import _cuda_items, discover
 
-    finished = set()
-    for f in sorted(work.glob("builds-*.jsonl")):
-        for line in f.read_text(encoding="utf-8").splitlines():
-            try:
-                finished.add(json.loads(line)["id"])
-            except (ValueError, KeyError):
-                continue
+    items = _cuda_items(discover(str(target), kernelbench=kb))
+    moved = unbuilt(items, work)
     spill.mkdir(parents=True, exist_ok=True)
-    moved = []
-    for it in _cuda_items(discover(str(target), kernelbench=kb)):
-        if it["id"] not in finished:
-            p = Path(it["cand_path"])
-            p.rename(spill / p.name)
-            moved.append(it["id"])
-    return sorted(moved)
+    for it in items:
+        if it["id"] in moved:
+            Path(it["cand_path"]).rename(spill / Path(it["cand_path"]).name)
+    return moved
 
 
 def main(argv=None) -> int:
@@ -187,6 +162,8 @@ def main(argv=None) -> int:
     run.mkdir(parents=True, exist_ok=True)
     if a.collect:
         return collect(run, Path(a.collect))
+    from lethe.audit import accumulate as A
+
     skip = set(a.skip.split(","))
     py = sys.executable
     lb = run / "lb"
@@ -196,9 +173,9 @@ def main(argv=None) -> int:
     if a.slice:
         target = run / "slice"
         if "slice" not in _state(run):
-            ids = slice_run(lb, a.kb, target, a.slice, audited_ids(a.done))
+            ids = slice_run(lb, a.kb, target, a.slice, A.audited_ids(a.done))
             state = _state(run)
-            state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(audited_ids(a.done))}
+            state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(A.audited_ids(a.done))}
             _save(run, state)
     elif a.subset:
         target = run / "mixed"

@@ -296,7 +296,10 @@ def worker_env(i: int, gpus: list[str] | None, base: dict[str, str] | None = Non
     return env
 
 
-def _gather(items, spec, work: Path, out_dir: Path, n: int) -> dict[str, Any]:
+def _gather(items, spec, work: Path, out_dir: Path, n: int, complete_only: bool = False) -> dict[str, Any]:
+    """rows.parquet, rows.jsonl and summary.jsonl from the workers' checkpoints. A kernel without a row for
+    every profile is an unfinished run (resume it), unless ``complete_only``: then it is left out and named
+    under ``incomplete`` (for the rows a run cut short by its time limit did finish)."""
     from lethe.audit import shard
 
     latest: dict[tuple[str, str], dict] = {}
@@ -305,16 +308,34 @@ def _gather(items, spec, work: Path, out_dir: Path, n: int) -> dict[str, Any]:
             latest[(str(r["id"]), r.get("profile"))] = r
     rows = []
     summary = []
+    incomplete: list[str] = []
     for it in items:
         mine = [latest[(it["id"], p)] for p in spec["profiles"] if (it["id"], p) in latest]
         if len(mine) != len(spec["profiles"]):
+            if complete_only:
+                incomplete.append(it["id"])
+                continue
             raise RuntimeError(f"no row for {it['id']}: run the same command again to resume")
         rows += mine
         summary.append(summary_line([shard.complete_row(r) for r in mine], it))
     shard.write_parquet(rows, out_dir / "rows.parquet")
     _write_lines(out_dir / "rows.jsonl", [shard.complete_row(r) for r in rows])
     _write_lines(out_dir / "summary.jsonl", summary)
-    return {"rows": len(rows), "kernels": len(items), "out": str(out_dir)}
+    out = {"rows": len(rows), "kernels": len(items) - len(incomplete), "out": str(out_dir)}
+    return {**out, "incomplete": incomplete} if complete_only else out
+
+
+def gather_finished(work: str | Path, root: str, *, kernelbench: str | None = None, out: str | Path) -> dict:
+    """The rows of an audit whose workers were stopped (a device call's time limit): every kernel with all its
+    profiles' rows in the checkpoints of ``work`` (a ``lethe audit`` output's ``work/``), read against the same
+    candidate folder ``root``, written to ``out`` as a finished audit writes them."""
+    work = Path(work)
+    spec = json.loads((work / "spec.json").read_text())
+    items = discover(root, ref=spec["ref"], kernelbench=kernelbench or spec["kernelbench"],
+                     problem_base=spec["problem_base"])
+    n = 1 + max((int(f.name[6:-6]) for f in work.glob("shard-*.jsonl") if f.name[6:-6].isdigit()), default=-1)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return _gather(items, spec, work, Path(out), n, complete_only=True)
 
 
 def _write_lines(path: Path, objs: list[dict]) -> None:
