@@ -84,7 +84,7 @@ def launch_config(rec) -> dict:
 def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_90a", overrides=None,
         kernels=None, variants=("erase", "noerase"), log=print, wy_inverse=WY_INVERSE_DEFAULT,
         ptx_dir: Path | None = None) -> dict:
-    from lethe.kernels.gdn.launch_tables import find_table, overridden
+    from lethe.kernels.gdn.launch_tables import entry_name, find_table, overridden
 
     from lethe.aot import compile_launch, compiled_ptx
     from lethe.aot.launches import specialize
@@ -101,7 +101,7 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                                            erase="scalar" if variant == "scalar" else variant == "erase",
                                            wy_inverse=wy_inverse)
         for rec in recs:
-            name = rec.jit.fn.__name__
+            name = entry_name(rec.jit.fn.__name__, rec.kwargs)  # a scalar-gate variant by its own entry
             if kernels and name not in kernels:
                 continue
             kwargs = dict(rec.kwargs)

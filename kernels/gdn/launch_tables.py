@@ -1,5 +1,6 @@
 """The Triton wrappers' launch tables -- ``FWD_LAUNCH`` (triton_fwd), ``BWD_LAUNCH`` (triton_bwd) and ``SG_LAUNCH``
-(scalar_gate; it shares the forward's ``wy_inverse_kernel`` entry) -- looked up and
+(scalar_gate; it shares the forward's ``wy_inverse_kernel`` entry and has entries of its own for the general
+kernels it launches in their scalar-gate variant, ``SG_VARIANTS``) -- looked up and
 temporarily overridden in one place. The wrappers read their entries at call time, so an override inside the
 block changes what they launch: the launch sweep times one entry changed, the ahead-of-time report compiles
 what-if entries."""
@@ -9,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from .scalar_gate import SG_LAUNCH
+from .scalar_gate import SG_LAUNCH, SG_VARIANTS
 from .triton_bwd import BWD_LAUNCH
 from .triton_fwd import FWD_LAUNCH
 
@@ -20,6 +21,20 @@ def find_table(kernel: str) -> dict | None:
         if kernel in table:
             return table
     return None
+
+
+def entry_name(kernel: str, kwargs: dict) -> str:
+    """The launch-table entry a launch of the kernel named ``kernel`` with keyword arguments ``kwargs`` was
+    configured from: the scalar-gate path's entry for a general kernel launched in its scalar-gate variant
+    (SCALAR_GATE=True; the same kernel serves both paths, each with its own launch configuration), else the
+    kernel's own name. Tools that report or override launches by name go through this, so the two variants of one
+    kernel stay apart."""
+    if kwargs.get("SCALAR_GATE"):
+        for entry, general in SG_VARIANTS.items():
+            if general == kernel:
+                return entry
+        raise KeyError(f"{kernel!r} launched with SCALAR_GATE has no entry in SG_VARIANTS")
+    return kernel
 
 
 def table_for(kernel: str) -> dict:

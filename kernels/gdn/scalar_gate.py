@@ -18,9 +18,11 @@ chunk-local cumulative log-decay) or a per-row scale, so here
   q, k, v), the gate gradients dg and dbeta summed in float32 inside the kernel and rounded once.
 
 Forward: ``sg_a_kernel`` (gc, A = strict_tril(beta_t (k_t . k_s) exp(gc_t - gc_s))), the general path's in-place
-``wy_inverse_kernel`` (T = (I + A)^{-1}), ``sg_wu_kernel`` (W = T (beta exp(gc) k), U~ = T (beta v)),
-``sg_state_fwd_kernel`` (the sequential inter-chunk scan, states and delta = U~ - W S_n stored) and
-``sg_output_kernel``. Backward: ``sg_dd_local_kernel`` (the output's share of d delta, P^T dO, for all chunks at once),
+``wy_inverse_kernel`` (T = (I + A)^{-1}), ``sg_wu_kernel`` (W = T (beta exp(gc) k), U~ = T (beta v)), then the
+general forward's ``state_fwd_kernel`` (the sequential inter-chunk scan, states and delta = U~ - W S_n stored) and
+``output_fwd_kernel`` in their scalar-gate variant (``SCALAR_GATE=True``: the decay read as one value per step, the
+inputs in the caller's layout), launched with this path's entries ``sg_state_fwd_kernel`` / ``sg_output_kernel``
+(:data:`SG_VARIANTS`). Backward: ``sg_dd_local_kernel`` (the output's share of d delta, P^T dO, for all chunks at once),
 ``sg_state_bwd_kernel`` (the reverse scan: dS per chunk, the end state's share of d delta) and
 two chunk-local kernels: ``sg_intra_out_bwd_kernel`` (through the output's products and the end state: dq, and dk
 and d gc so far) and ``sg_intra_wy_bwd_kernel`` (the WY / triangular-inverse VJP: dv, dbeta, the rest of dk and
@@ -37,7 +39,19 @@ import triton
 import triton.language as tl
 
 from .fwd_options import resolve_precision
-from .triton_fwd import FWD_LAUNCH, _check_dims, _dot, _tf32_nearest, check_index_range, wy_inverse_kernel
+from .triton_fwd import (
+    FWD_LAUNCH,
+    _check_dims,
+    _decay_pairs,
+    _mm,
+    _raw_dot,
+    _rn,
+    _tile,
+    check_index_range,
+    output_fwd_kernel,
+    state_fwd_kernel,
+    wy_inverse_kernel,
+)
 
 # Launch configuration ("BV" an upper bound: min(V, BV)), each choice timed on the H200 against the one before with
 # the outputs compared (results/gdn/scalar_gate/: each run's "variants"). num_stages=1 (no software pipelining of
@@ -61,6 +75,12 @@ SG_LAUNCH = {
     # checks against float64 ran at the defaults.)
     "sg_intra_wy_bwd_kernel": dict(BV=32, num_warps=4, num_stages=1),
 }
+
+
+# The general kernels this path launches in their scalar-gate variant (SCALAR_GATE=True), by the name of the entry
+# above they launch with: one kernel with a flag rather than a fork, its launch configured apart from the general
+# path's (launch_tables.entry_name maps a recorded launch back to its entry).
+SG_VARIANTS = {"sg_state_fwd_kernel": "state_fwd_kernel", "sg_output_kernel": "output_fwd_kernel"}
 
 
 def _launch(name: str) -> dict:
@@ -89,55 +109,6 @@ def _scan_bv(name: str, BH: int, V: int) -> int:
 def _vec(ptr, b, h, t, tmask, T, H):
     """Rows ``t`` of head (b, h) of a contiguous [B, T, H] tensor as float32; rows past T read as 0."""
     return tl.load(ptr + (b * T + t) * H + h, mask=tmask, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _tile(ptr, b, h, t, tmask, cols, T, H, D: tl.constexpr):
-    """Rows ``t``, columns ``cols`` of head (b, h) of a contiguous [B, T, H, D] tensor in its own dtype; rows past
-    T read as 0."""
-    return tl.load(ptr + ((b * T + t[:, None]) * H + h) * D + cols[None, :], mask=tmask[:, None], other=0.0)
-
-
-@triton.jit
-def _rn(x, PREC: tl.constexpr):
-    """``x`` as a TF32 product reads it under ``PREC``: rounded to nearest once for "tf32rn" (so a tile that feeds
-    several products, or an operand stored for later kernels, is rounded once), unchanged otherwise."""
-    if PREC == "tf32rn":
-        return _tf32_nearest(x)
-    else:
-        return x
-
-
-@triton.jit
-def _mm(a, b, PREC: tl.constexpr):
-    """tl.dot on operands already prepared by :func:`_rn` (or exact in TF32: bf16 / fp16 input tiles, whose 8 / 11
-    significant bits fit TF32's 11): with "tf32rn" a single TF32 pass, otherwise ``PREC`` itself. The same result,
-    bit for bit, as ``_dot`` on the unrounded operands, since rounding a TF32 value again changes nothing."""
-    if PREC == "tf32rn":
-        return tl.dot(a, b, input_precision="tf32")
-    else:
-        return tl.dot(a, b, input_precision=PREC)
-
-
-@triton.jit
-def _raw_dot(a, b, NATIVE: tl.constexpr, PREC: tl.constexpr):
-    # a product of two input tiles: for 16-bit inputs the tensor core's own (products exact in float32, float32
-    # accumulation); for float32 inputs at the float32 precision
-    if NATIVE:
-        return tl.dot(a, b)
-    else:
-        return _dot(a, b, PREC)
-
-
-@triton.jit
-def _decay_pairs(gc, r, STRICT: tl.constexpr):
-    """exp(gc_t - gc_s) on s < t (STRICT) or s <= t, 0 elsewhere. The exponent is masked before exp: above the
-    diagonal it would be positive and could overflow."""
-    if STRICT:
-        keep = r[:, None] > r[None, :]
-    else:
-        keep = r[:, None] >= r[None, :]
-    return tl.where(keep, tl.exp(tl.where(keep, gc[:, None] - gc[None, :], 0.0)), 0.0)
 
 
 @triton.jit
@@ -188,68 +159,6 @@ def sg_wu_kernel(k_ptr, v_ptr, beta_ptr, gc_ptr, Tm_ptr, W_ptr, U_ptr, T, H, K: 
         cv = iv * BV + tl.arange(0, BV)
         vb = _tile(v_ptr, b, h, t, tmask, cv, T, H, V).to(tl.float32) * beta[:, None]
         tl.store(U_ptr + row[:, None] * V + cv[None, :], _mm(Tm, _rn(vb, PREC), PREC))
-
-
-@triton.jit
-def sg_state_fwd_kernel(k_ptr, gc_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, T, H, NT: tl.constexpr,
-                        K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr,
-                        HAS_INIT: tl.constexpr, PREC: tl.constexpr):
-    # grid (V-blocks, B*H): the sequential pass, S in float32 registers. Per chunk: store S_n, delta = U~ - W S_n,
-    # S <- exp(gc_C) S + k^T (exp(gc_C - gc) delta) -- Kend's decay moved onto delta's rows, so k enters as it is
-    iv = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    TP = NT * C
-    r = tl.arange(0, C)
-    ck = tl.arange(0, K)
-    cv = iv * BV + tl.arange(0, BV)
-    offS = bh * K * V + ck[:, None] * V + cv[None, :]
-    if HAS_INIT:
-        S = tl.load(S0_ptr + offS)
-    else:
-        S = tl.zeros([K, BV], dtype=tl.float32)
-    for n in range(NT):
-        tl.store(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :], S)
-        t = n * C + r
-        row = bh * TP + n * C + r
-        offv = row[:, None] * V + cv[None, :]
-        d = tl.load(U_ptr + offv) - _mm(tl.load(W_ptr + row[:, None] * K + ck[None, :]), _rn(S, PREC), PREC)
-        tl.store(D_ptr + offv, d)
-        gc = tl.load(gc_ptr + row)
-        gC = tl.load(gc_ptr + bh * TP + n * C + C - 1)
-        k = _tile(k_ptr, b, h, t, t < T, ck, T, H, K).to(tl.float32)
-        S = tl.exp(gC) * S + _mm(tl.trans(k), _rn(d * tl.exp(gC - gc)[:, None], PREC), PREC)
-    tl.store(SF_ptr + offS, S)
-
-
-@triton.jit
-def sg_output_kernel(q_ptr, k_ptr, gc_ptr, H_ptr, D_ptr, O_ptr, scale, T, H, K: tl.constexpr, V: tl.constexpr,
-                     C: tl.constexpr, BV: tl.constexpr, NATIVE: tl.constexpr, PREC: tl.constexpr):
-    # grid (chunks, B*H): o = scale exp(gc) (q S_n) + P delta, P = scale (q k^T) * exp(gc_t - gc_s) on s <= t,
-    # formed once and used for every V-block; o written in the caller's layout and dtype
-    n = tl.program_id(0)
-    bh = tl.program_id(1)
-    NT = tl.num_programs(0)
-    b = bh // H
-    h = bh % H
-    r = tl.arange(0, C)
-    t = n * C + r
-    tmask = t < T
-    ck = tl.arange(0, K)
-    q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
-    k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
-    gc = tl.load(gc_ptr + bh * NT * C + n * C + r)
-    P = _rn(_raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, r, False), PREC)
-    qf = _rn(q.to(tl.float32), PREC)
-    sq = scale * tl.exp(gc)
-    for iv in tl.static_range(V // BV):
-        cv = iv * BV + tl.arange(0, BV)
-        S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
-        d = tl.load(D_ptr + (bh * NT * C + n * C + r)[:, None] * V + cv[None, :])
-        o = sq[:, None] * _mm(qf, _rn(S, PREC), PREC) + _mm(P, _rn(d, PREC), PREC)
-        tl.store(O_ptr + ((b * T + t[:, None]) * H + h) * V + cv[None, :], o.to(O_ptr.dtype.element_ty),
-                 mask=tmask[:, None])
 
 
 @triton.jit
@@ -478,13 +387,14 @@ def sg_chunk_fwd(q, k, v, g, beta, scale=None, chunk: int = 64, initial_state=No
     SF = torch.empty(B, H, K, V, **f32)
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
     BVs = _scan_bv("sg_state_fwd_kernel", B * H, V)
-    sg_state_fwd_kernel[(V // BVs, B * H)](k, gc, Wi, Ui, S0, Hs, Di, SF, T, H, NT=NT, K=K, V=V, C=C, BV=BVs,
-                                           HAS_INIT=initial_state is not None, PREC=prec,
-                                           **_launch("sg_state_fwd_kernel"))
+    state_fwd_kernel[(V // BVs, B * H)](k, gc, Wi, Ui, S0, Hs, Di, SF, k, T, H, NT=NT, K=K, V=V, C=C, BV=BVs,
+                                        HAS_ERASE=True, HAS_INIT=initial_state is not None, PREC=prec, KEND_IN=False,
+                                        SCALAR_GATE=True, **_launch("sg_state_fwd_kernel"))
     del Ui
     o = torch.empty(B, T, H, V, device=dev, dtype=q.dtype)
-    sg_output_kernel[(NT, B * H)](q, k, gc, Hs, Di, o, s, T, H, K=K, V=V, C=C, BV=_bv("sg_output_kernel", V),
-                                  NATIVE=sixteen, PREC=prec, **_launch("sg_output_kernel"))
+    BVo = _bv("sg_output_kernel", V)
+    output_fwd_kernel[(NT, B * H)](q, k, gc, Hs, Di, o, s, T, H, K=K, V=V, C=C, BV=BVo, NVL=V // BVo, PREC=prec,
+                                   DIRECT=True, SCALAR_GATE=True, NATIVE=sixteen, **_launch("sg_output_kernel"))
     ctx = dict(q=q, k=k, v=v, beta=beta, gc=gc, Tm=Tm, Wi=Wi, Hs=Hs, Di=Di, scale=s, T=T, C=C, NT=NT,
                dtype=q.dtype, native=sixteen, prec=prec, has_init=initial_state is not None,
                init_dtype=None if initial_state is None else initial_state.dtype, pipeline="scalar-gate")

@@ -133,6 +133,55 @@ def _dot(a, b, PREC: tl.constexpr):
 
 
 @triton.jit
+def _rn(x, PREC: tl.constexpr):
+    """``x`` as a TF32 product reads it under ``PREC``: rounded to nearest once for "tf32rn" (so a tile that feeds
+    several products, or an operand stored for later kernels, is rounded once), unchanged otherwise."""
+    if PREC == "tf32rn":
+        return _tf32_nearest(x)
+    else:
+        return x
+
+
+@triton.jit
+def _mm(a, b, PREC: tl.constexpr):
+    """tl.dot on operands already prepared by :func:`_rn` (or exact in TF32: bf16 / fp16 input tiles, whose 8 / 11
+    significant bits fit TF32's 11): with "tf32rn" a single TF32 pass, otherwise ``PREC`` itself. The same result,
+    bit for bit, as ``_dot`` on the unrounded operands, since rounding a TF32 value again changes nothing."""
+    if PREC == "tf32rn":
+        return tl.dot(a, b, input_precision="tf32")
+    else:
+        return tl.dot(a, b, input_precision=PREC)
+
+
+@triton.jit
+def _raw_dot(a, b, NATIVE: tl.constexpr, PREC: tl.constexpr):
+    # a product of two input tiles: for 16-bit inputs the tensor core's own (products exact in float32, float32
+    # accumulation); for float32 inputs at the float32 precision
+    if NATIVE:
+        return tl.dot(a, b)
+    else:
+        return _dot(a, b, PREC)
+
+
+@triton.jit
+def _tile(ptr, b, h, t, tmask, cols, T, H, D: tl.constexpr):
+    """Rows ``t``, columns ``cols`` of head (b, h) of a contiguous [B, T, H, D] tensor in its own dtype; rows past
+    T read as 0."""
+    return tl.load(ptr + ((b * T + t[:, None]) * H + h) * D + cols[None, :], mask=tmask[:, None], other=0.0)
+
+
+@triton.jit
+def _decay_pairs(gc, r, STRICT: tl.constexpr):
+    """exp(gc_t - gc_s) on s < t (STRICT) or s <= t, 0 elsewhere, for one decay per step (the scalar-gate path).
+    The exponent is masked before exp: above the diagonal it would be positive and could overflow."""
+    if STRICT:
+        keep = r[:, None] > r[None, :]
+    else:
+        keep = r[:, None] >= r[None, :]
+    return tl.where(keep, tl.exp(tl.where(keep, gc[:, None] - gc[None, :], 0.0)), 0.0)
+
+
+@triton.jit
 def wy_fwd_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
                   K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
     bh = tl.program_id(0)
@@ -321,19 +370,31 @@ def wy_fwd_blocked_kernel(k_ptr, e_ptr, u_ptr, gam_ptr, T_ptr, W_ptr, U_ptr,
 
 
 @triton.jit
-def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, kend_ptr, NT: tl.constexpr,
+def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr, kend_ptr, T, H, NT: tl.constexpr,
                      K: tl.constexpr, V: tl.constexpr, C: tl.constexpr,
                      BV: tl.constexpr, HAS_ERASE: tl.constexpr, HAS_INIT: tl.constexpr, PREC: tl.constexpr,
-                     KEND_IN: tl.constexpr):
+                     KEND_IN: tl.constexpr, SCALAR_GATE: tl.constexpr = False):
     # KEND_IN: Kend = k * exp(gamma_C - gamma) comes precomputed (prep_fwd_kernel, WRITE_KEND) instead of being
     # rebuilt here: the chunk loop is sequential and every V-block's program repeats it, so this takes one [C, K]
     # load and C*K exponentials per step off the chain. The same values bit for bit on the interpreter, not on the
     # GPU: computed here, k * exp(..) is contracted into the 3xTF32 split's low part (an FMA on the unrounded
     # product), while a loaded Kend is the float32-rounded value (results/gdn/launch_sweep/state_kend/
     # WHY_NOT_BITWISE.md); o then differs by one bf16 step in places, so the choice rested on the ladders.
-    bh = tl.program_id(0)
+    # SCALAR_GATE: the scalar-gate path's scan (kernels/gdn/scalar_gate.py; grid V-blocks x B*H, HAS_ERASE, no
+    # KEND_IN). gam is then gc [B*H, T_pad], one decay per head and step, and k the caller's [B, T, H, K] tensor
+    # (T, H its sizes) in its own dtype. A scalar decay moves from Kend's columns onto delta's rows,
+    # S <- exp(gc_C) S + k^T (exp(gc_C - gc) delta), so k enters as it is; W arrives TF32-rounded under "tf32rn",
+    # so only S is rounded for W S_n (_mm / _rn). T and H are unused otherwise. Each variant keeps its own offset
+    # expressions (see output_fwd_kernel).
+    if SCALAR_GATE:
+        iv = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+    else:
+        bh = tl.program_id(0)
+        iv = tl.program_id(1)
     TP = NT * C
-    iv = tl.program_id(1)
     rows = tl.arange(0, C)
     ck = tl.arange(0, K)
     cv = iv * BV + tl.arange(0, BV)
@@ -344,60 +405,107 @@ def state_fwd_kernel(k_ptr, gam_ptr, W_ptr, U_ptr, S0_ptr, H_ptr, D_ptr, SF_ptr,
         S = tl.zeros([K, BV], dtype=tl.float32)
     for n in range(NT):
         tl.store(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :], S)
-        offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
-        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+        if SCALAR_GATE:
+            t = n * C + rows
+            row = bh * TP + n * C + rows
+            offv = row[:, None] * V + cv[None, :]
+        else:
+            offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+            offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
         d = tl.load(U_ptr + offv)
         if HAS_ERASE:
-            d = d - _dot(tl.load(W_ptr + offk), S, PREC)
+            if SCALAR_GATE:
+                d = d - _mm(tl.load(W_ptr + row[:, None] * K + ck[None, :]), _rn(S, PREC), PREC)
+            else:
+                d = d - _dot(tl.load(W_ptr + offk), S, PREC)
         tl.store(D_ptr + offv, d)
-        if KEND_IN:
-            gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
-            Kend = tl.load(kend_ptr + offk)
+        if SCALAR_GATE:
+            gc = tl.load(gam_ptr + row)
+            gcC = tl.load(gam_ptr + bh * TP + n * C + C - 1)
+            k = _tile(k_ptr, b, h, t, t < T, ck, T, H, K).to(tl.float32)
+            S = tl.exp(gcC) * S + _mm(tl.trans(k), _rn(d * tl.exp(gcC - gc)[:, None], PREC), PREC)
         else:
-            k = tl.load(k_ptr + offk)
-            gam = tl.load(gam_ptr + offk)
-            gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
-            Kend = k * tl.exp(gamC[None, :] - gam)
-        S = tl.exp(gamC)[:, None] * S + _dot(tl.trans(Kend), d, PREC)
+            if KEND_IN:
+                gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+                Kend = tl.load(kend_ptr + offk)
+            else:
+                k = tl.load(k_ptr + offk)
+                gam = tl.load(gam_ptr + offk)
+                gamC = tl.load(gam_ptr + (bh * TP + n * C + C - 1) * K + ck)
+                Kend = k * tl.exp(gamC[None, :] - gam)
+            S = tl.exp(gamC)[:, None] * S + _dot(tl.trans(Kend), d, PREC)
     tl.store(SF_ptr + offS, S)
 
 
 @triton.jit
 def output_fwd_kernel(q_ptr, k_ptr, gam_ptr, H_ptr, D_ptr, O_ptr, scale, T, H,
                       K: tl.constexpr, V: tl.constexpr, C: tl.constexpr, BV: tl.constexpr, NVL: tl.constexpr,
-                      PREC: tl.constexpr, DIRECT: tl.constexpr):
+                      PREC: tl.constexpr, DIRECT: tl.constexpr, SCALAR_GATE: tl.constexpr = False,
+                      NATIVE: tl.constexpr = False):
     """Grid B*H x N x V/(BV*NVL). Each program forms Qg and the masked P = tril(Qg Kg^T) once and then serves NVL
     V-blocks of BV columns in turn: with NVL > 1 the [C, K] loads and the P product are shared by the V-blocks
     instead of repeated per program; every output element is computed by the same operations either way.
     DIRECT: o goes straight into the caller's [B, T, H, V] tensor in its dtype (rows past T dropped) instead of a
-    float32 [B, H, T_pad, V] buffer that torch then casts and transposes in a kernel of its own."""
-    bh = tl.program_id(0)
-    n = tl.program_id(1)
-    NT = tl.num_programs(1)
-    TP = NT * C
-    iv = tl.program_id(2)
+    float32 [B, H, T_pad, V] buffer that torch then casts and transposes in a kernel of its own.
+    SCALAR_GATE: the scalar-gate path's output (kernels/gdn/scalar_gate.py; grid N x B*H, one program for all
+    V / BV = NVL V-blocks, DIRECT). q and k are the caller's [B, T, H, K] tensors in their own dtype and gam is gc
+    [B*H, T_pad], one decay per head and step, so the decays leave the products: o = scale exp(gc) (q S_n) +
+    P delta with P = scale (q k^T) * exp(gc_t - gc_s) on s <= t, q k^T a product of the raw tiles (NATIVE: the
+    tensor core's for 16-bit inputs, :func:`_raw_dot`) and every float32 operand rounded once (:func:`_rn`).
+    Each variant keeps its own offset expressions: the same addresses written the other variant's way compile to
+    other address arithmetic (and register use) than the kernel that was measured."""
+    if SCALAR_GATE:
+        n = tl.program_id(0)
+        bh = tl.program_id(1)
+        NT = tl.num_programs(0)
+        b = bh // H
+        h = bh % H
+        iv: tl.constexpr = 0
+    else:
+        bh = tl.program_id(0)
+        n = tl.program_id(1)
+        NT = tl.num_programs(1)
+        TP = NT * C
+        iv = tl.program_id(2)
     rows = tl.arange(0, C)
     ck = tl.arange(0, K)
-    offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
-    gam = tl.load(gam_ptr + offk)
-    Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
-    Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
-    P = _dot(Qg, tl.trans(Kg), PREC)
-    P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
+    if SCALAR_GATE:
+        t = n * C + rows
+        tmask = t < T
+        q = _tile(q_ptr, b, h, t, tmask, ck, T, H, K)
+        k = _tile(k_ptr, b, h, t, tmask, ck, T, H, K)
+        gc = tl.load(gam_ptr + bh * NT * C + n * C + rows)
+        P = _rn(_raw_dot(q, tl.trans(k), NATIVE, PREC) * scale * _decay_pairs(gc, rows, False), PREC)
+        qf = _rn(q.to(tl.float32), PREC)
+        sq = scale * tl.exp(gc)
+    else:
+        offk = (bh * TP + n * C) * K + rows[:, None] * K + ck[None, :]
+        gam = tl.load(gam_ptr + offk)
+        Qg = tl.load(q_ptr + offk) * scale * tl.exp(gam)
+        Kg = tl.load(k_ptr + offk) * tl.exp(-gam)
+        P = _dot(Qg, tl.trans(Kg), PREC)
+        P = tl.where(rows[:, None] >= rows[None, :], P, 0.0)
     for j in tl.static_range(NVL):
         cv = (iv * NVL + j) * BV + tl.arange(0, BV)
-        offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
-        S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
-        d = tl.load(D_ptr + offv)
-        o = _dot(Qg, S, PREC) + _dot(P, d, PREC)
-        if DIRECT:
-            t = n * C + rows
-            b = bh // H
-            h = bh % H
-            offo = ((b * T + t[:, None]) * H + h) * V + cv[None, :]
-            tl.store(O_ptr + offo, o.to(O_ptr.dtype.element_ty), mask=t[:, None] < T)
+        if SCALAR_GATE:
+            S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
+            d = tl.load(D_ptr + (bh * NT * C + n * C + rows)[:, None] * V + cv[None, :])
+            o = sq[:, None] * _mm(qf, _rn(S, PREC), PREC) + _mm(P, _rn(d, PREC), PREC)
+            tl.store(O_ptr + ((b * T + t[:, None]) * H + h) * V + cv[None, :], o.to(O_ptr.dtype.element_ty),
+                     mask=tmask[:, None])
         else:
-            tl.store(O_ptr + offv, o)
+            offv = (bh * TP + n * C) * V + rows[:, None] * V + cv[None, :]
+            S = tl.load(H_ptr + (bh * NT + n) * K * V + ck[:, None] * V + cv[None, :])
+            d = tl.load(D_ptr + offv)
+            o = _dot(Qg, S, PREC) + _dot(P, d, PREC)
+            if DIRECT:
+                t = n * C + rows
+                b = bh // H
+                h = bh % H
+                offo = ((b * T + t[:, None]) * H + h) * V + cv[None, :]
+                tl.store(O_ptr + offo, o.to(O_ptr.dtype.element_ty), mask=t[:, None] < T)
+            else:
+                tl.store(O_ptr + offv, o)
 
 
 @triton.jit
@@ -607,8 +715,8 @@ def triton_chunk_fwd(q, k, v, g, b, w, scale=None, chunk: int = 64, initial_stat
     Di = torch.empty_like(ui)
     SF = torch.empty(B, H, K, V, device=dev, dtype=torch.float32)
     S0 = initial_state.float().contiguous() if initial_state is not None else SF
-    state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, x["kend"] if kend else ki, NT=NT, K=K, V=V,
-                                        C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
+    state_fwd_kernel[(B * H, V // BVs)](ki, gam, Wi, Ui, S0, Hs, Di, SF, x["kend"] if kend else ki, T, H, NT=NT, K=K,
+                                        V=V, C=C, BV=BVs, HAS_ERASE=has_erase, HAS_INIT=initial_state is not None,
                                         PREC=precs["state_fwd_kernel"], KEND_IN=kend,
                                         **_launch("state_fwd_kernel"))
     del x  # Kend (when written) is not kept: only the state kernel reads it

@@ -35,11 +35,13 @@ import json, sys
 sys.argv = ["x"]
 import experiments.gdn.triton_aot as m  # run from the repository root: python -c puts the cwd on sys.path
 import torch
+from lethe.kernels.gdn.launch_tables import entry_name
 out = []
 for erase in {erases!r}:
     for V in (64, 128):
         for rec in m.record_wrapper_launches(128, V, 64, torch.bfloat16, erase=erase, **{kwargs!r}):
-            out.append(dict(kernel=rec.jit.fn.__name__, V=V, erase=erase, **m.launch_config(rec)))
+            out.append(dict(kernel=entry_name(rec.jit.fn.__name__, rec.kwargs), V=V, erase=erase,
+                            **m.launch_config(rec)))
 print(json.dumps(out))
 """
 
@@ -48,7 +50,9 @@ def recorded_launches(erases=(True, False), **kwargs) -> list[dict]:
     """The launches the Triton wrappers make at d_k = 128, chunk 64, d_v 64 and 128, bf16 (recorded by
     experiments/gdn/triton_aot.record_wrapper_launches, nothing compiled or run), in a subprocess without the
     interpreter (a JITFunction is needed, and this test process has TRITON_INTERPRET set on a CPU machine): one
-    dict per launch with the kernel, V, the erase flag and the launch configuration."""
+    dict per launch with the kernel (by its launch-table entry: a general kernel launched in its scalar-gate variant
+    under the scalar-gate path's name for it, launch_tables.entry_name), V, the erase flag and the launch
+    configuration."""
     import json
     import os
     import subprocess

@@ -13,6 +13,23 @@ def test_lookup_finds_each_table_and_refuses_unknown_kernels():
         table_for("no_such_kernel")
 
 
+def test_a_scalar_gate_launch_of_a_general_kernel_names_its_own_entry():
+    """The scalar-gate path launches the general scan and output kernels with SCALAR_GATE and its own SG_LAUNCH
+    entries: entry_name tells the two variants' launches apart, so a report or an override by name reaches the
+    variant it names."""
+    from lethe.kernels.gdn.launch_tables import entry_name
+    from lethe.kernels.gdn.scalar_gate import SG_LAUNCH, SG_VARIANTS
+
+    assert entry_name("state_fwd_kernel", {"SCALAR_GATE": True, "BV": 64}) == "sg_state_fwd_kernel"
+    assert entry_name("output_fwd_kernel", {"SCALAR_GATE": True}) == "sg_output_kernel"
+    assert entry_name("state_fwd_kernel", {"BV": 32}) == "state_fwd_kernel"
+    assert entry_name("output_fwd_kernel", {"SCALAR_GATE": False}) == "output_fwd_kernel"
+    for entry, kernel in SG_VARIANTS.items():
+        assert table_for(entry) is SG_LAUNCH and table_for(kernel) is FWD_LAUNCH
+    with pytest.raises(KeyError, match="intra_bwd_kernel"):
+        entry_name("intra_bwd_kernel", {"SCALAR_GATE": True})
+
+
 def test_override_applies_and_restores_even_on_error():
     before_f, before_b = dict(FWD_LAUNCH["wy_fwd_kernel"]), dict(BWD_LAUNCH["intra_bwd_kernel"])
     with overridden({"wy_fwd_kernel": {"num_warps": 2}}) as entries:
