@@ -131,6 +131,36 @@ rule leaderboard_corpus:
         "../scripts/audit_leaderboard_corpus.py"
 
 
+# The KernelBench run corpora committed to public forks (lethe.corpora.kbruns): each one's source-free summary and
+# kernel manifest, on the CPU, from its hand-supplied copy (.scratch/corpora/<corpus>/, every file checked against
+# the committed pin) or else the pinned files fetched into the corpora cache. Kernel sources stay out of results/.
+from lethe.corpora import hzeng_backends as _HZ
+from lethe.corpora import technoabsurdist_runs as _TA
+from lethe.corpora import yenhao_runs as _YH
+
+_KBRUNS = {s.name: s for s in (_HZ.SPEC, _TA.SPEC, _YH.SPEC)}
+
+
+rule kbruns_corpus:
+    conda:
+        CONDA_ENV
+    input:
+        adapter="src/lethe/corpora/kbruns.py",
+        manifest=lambda w: f"src/lethe/corpora/{_KBRUNS[w.corpus].manifest}",
+    output:
+        corpus="results/audit/{corpus}/corpus.json",
+        manifest="results/audit/{corpus}/manifest.jsonl",
+    wildcard_constraints:
+        corpus="|".join(_KBRUNS),
+    params:
+        src=lambda w: _KBRUNS[w.corpus].default_src,
+        cache_dir=config["corpora"]["cache_dir"],
+    log:
+        "logs/audit/kbruns_corpus_{corpus}.log",
+    script:
+        "../scripts/audit_kbruns_corpus.py"
+
+
 # One GPU machine, end to end (experiments/audit/replicate_h200.py): extension builds, KernelBench's own check,
 # the Lethe audit under all three profiles (with its kill -9 resume test), the latency benchmark and the replicas,
 # on the mixed KernelBench run folder; the driver is resumable step by step (RUN/state.json), and packs what it
