@@ -74,7 +74,7 @@ def _normalise(state: dict) -> dict:
     """Replace what is per run by design (pid, the private directory's name, descriptor numbers, the
     entropy-seeded draws, RLIMIT_AS which is relative to the preload's address space) by placeholders."""
     run_dir = str(Path(state["cwd"]).parent)
-    s = {k: v for k, v in state.items() if k not in ("pid", "random", "np_random", "cpu_s")}
+    s = {k: v for k, v in state.items() if k not in ("pid", "pidns", "random", "np_random", "cpu_s")}
     s["env"] = {k: v.replace(run_dir, "<run>") for k, v in state["env"].items()}
     s["c_env"] = {k: v.replace(run_dir, "<run>") for k, v in state["c_env"].items()}
     s["sys_path"] = [p.replace(run_dir, "<run>") for p in state["sys_path"]]
@@ -92,7 +92,10 @@ def test_forked_child_starts_from_the_state_of_a_spawned_one(batches):
         assert forked[key] == spawned[key], key
     # The facts the comparison stands for, stated outright.
     assert forked["fds"] == sorted(["/dev/null", "pipe:", "pipe:", "pipe:", "pipe:"])
-    assert forked["session_leader"] and forked["pgid_is_pid"]
+    # A new session and process group, led by the child the runner made (the candidate's process itself, or the
+    # outer process of its pid namespace).
+    leader = "outside the pid namespace" if batches["zygote"][0].isolation == isolation.FULL else "self"
+    assert forked["session_leader"] == forked["pgid_leader"] == leader
     assert forked["cuda_initialised"] is False and forked["threads"] >= 1
     assert forked["env"]["PYTHONHASHSEED"] == "0" and forked["main"] == "lethe.sandbox.child"
     # The C-level environment (what the CUDA driver reads) is the run's, not the zygote's.
@@ -113,7 +116,13 @@ def test_results_are_bit_identical_across_start_modes(batches):
 def test_each_forked_child_is_a_new_process_with_fresh_entropy(batches):
     first, second = batches["zygote"][0].result, batches["zygote"][3].result
     zygote_pids = {z.proc.pid for z in Z.live_zygotes()}
-    assert first["pid"] != second["pid"] and not {first["pid"], second["pid"]} & zygote_pids
+    if batches["zygote"][0].isolation == isolation.FULL:
+        # Each ran as pid 2 of a pid namespace made for its run, under that namespace's init; the zygote lives
+        # in ours.
+        own = os.readlink("/proc/self/ns/pid")
+        assert first["pid"] == second["pid"] == 2 and own not in (first["pidns"], second["pidns"])
+    else:
+        assert first["pid"] != second["pid"] and not {first["pid"], second["pid"]} & zygote_pids
     # Copied generator state would make every candidate draw the same "random" numbers.
     assert first["random"] != second["random"] and first["np_random"] != second["np_random"]
 

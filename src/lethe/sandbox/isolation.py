@@ -1,4 +1,5 @@
-"""Operating-system isolation of a sandboxed child: its own uid, no capabilities, a read-only file system.
+"""Operating-system isolation of a sandboxed child: its own uid, no capabilities, its own namespaces, a read-only
+file system.
 
 Why the operating system and not Python: a candidate kernel is arbitrary code in its own process, so any guard
 written in Python inside that process can be undone by the candidate. What it cannot undo is what the kernel
@@ -8,12 +9,16 @@ candidate code runs:
 
 1. ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)``: a private mount table, no network
    (only a down loopback), private System V IPC.
-2. Mounts (private to that namespace, nothing propagates back): a private tmpfs on ``/dev/shm``; for every
-   directory that the run's uid could not traverse but the interpreter needs (``/root`` on a pyenv machine), a
-   tmpfs over it with bind mounts of exactly the needed entries; the run directory bound onto itself; then the
-   whole tree made read-only recursively (``mount_setattr``), and only the run directory and ``/dev/shm``
-   writable again.
-3. Credentials: supplementary groups cleared, every capability dropped from the bounding set, ``no_new_privs``
+2. ``unshare(CLONE_NEWPID)`` and two forks (:func:`_enter_pid_namespace` says why two): the candidate runs as
+   pid 2 of a pid namespace of its own, under a trusted init (pid 1); the runner's child becomes the *outer*
+   process, which only waits and then exits exactly as the candidate's process did (same code, or death by
+   the same signal), so the runner's classification of a run is unchanged.
+3. Mounts (private to that namespace, nothing propagates back): a fresh procfs of the new pid namespace on
+   ``/proc``; a private tmpfs on ``/dev/shm``; for every directory that the run's uid could not traverse but
+   the interpreter needs (``/root`` on a pyenv machine), a tmpfs over it with bind mounts of exactly the needed
+   entries; the run directory bound onto itself; then the whole tree made read-only recursively
+   (``mount_setattr``), and only the run directory and ``/dev/shm`` writable again.
+4. Credentials: supplementary groups cleared, every capability dropped from the bounding set, ``no_new_privs``
    (a set-uid binary cannot give root back), then real/effective/saved uid and gid set to the leased id, which
    clears the permitted and effective capability sets.
 
@@ -23,13 +28,23 @@ verifier, the zygote, the reference process or another candidate (different uids
 cannot write outside its run directory (read-only mounts it cannot remount without CAP_SYS_ADMIN), cannot reach
 the network, and every process it creates carries the leased uid, which it cannot shed: the parent finds and
 kills all of them by uid after the run (:func:`sweep_uid`), including double-forked daemons re-parented to init.
-RLIMIT_NPROC, which root ignores, bounds a fork bomb because the uid is not root.
+RLIMIT_NPROC, which root ignores, bounds a fork bomb because the uid is not root. The pid namespace adds that the
+candidate cannot even see or name any process outside its run (its ``/proc`` lists the namespace's init, itself
+and its own children; the verifier's pid names nothing there), and that when the init exits the kernel kills
+everything left in the namespace. The parent still sees the whole tree in its own numbering: the candidate's
+process reports its outer pid (``outer_pid``) before any candidate code runs, and the runner accounts memory,
+walks ``/proc/<pid>/task/*/children`` and clears descendants from that process; the namespace's init and the
+outer process are in the child's process group, and the runner's SIGSTOP/SIGKILL, sent from the parent's
+namespace, reach an init as they reach any process.
 
 Where a mechanism is unavailable (not root, no mount_setattr, a kernel that refuses namespaces) the child runs
 with whatever could be applied, and :func:`enter` says exactly what in its report; the verifier copies that into
-every row (``isolation``) and calls a row tamper-proof only when everything applied. ``LETHE_ISOLATION=off``
-switches isolation off explicitly (the rows then say so); ``require`` makes a run that cannot be fully isolated
-fail as a harness error instead of running weaker.
+every row (``isolation``) and calls a row tamper-proof only when everything applied. The pid namespace is the one
+exception: it hides processes, it does not protect the verifier (the uid does), so where the kernel refuses it
+(or the fresh /proc) everything else still makes the row tamper-proof, and the row's sentence
+(:data:`FULL_WITHOUT_PID_NAMESPACE` instead of :data:`FULL`) does not claim it; the report's ``pid_namespace``
+says why. ``LETHE_ISOLATION=off`` switches isolation off explicitly (the rows then say so); ``require`` makes a
+run that cannot be fully isolated fail as a harness error instead of running weaker.
 """
 
 from __future__ import annotations
@@ -53,16 +68,24 @@ LOCK_DIR = Path(os.environ.get("LETHE_UID_LOCK_DIR", "/run/lethe-uids" if os.pat
 SHM_MB = 64
 KERNEL_FS = ("/dev", "/proc", "/sys")
 
-# What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs.
-FULL = "os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts namespaces, read-only file system outside the run directory"
+# What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs. The pid
+# namespace hides the machine's processes from the candidate but is not what makes a row tamper-proof (the uid
+# is), so a machine that refuses it still gets tamper-proof rows, with the sentence that does not claim it.
+_FULL = ("os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts{pid} namespaces, read-only file system "
+         "outside the run directory")
+FULL = _FULL.format(pid="+pid")
+FULL_WITHOUT_PID_NAMESPACE = _FULL.format(pid="")
+TAMPER_PROOF = (FULL, FULL_WITHOUT_PID_NAMESPACE)
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
 _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
+_MS_NOEXEC = 8
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -322,7 +345,10 @@ def _open_views(blocked: dict[str, set[str]]) -> None:
 
 def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = ()) -> dict:
     """Isolate the calling process (root, single-threaded, no candidate code run yet); returns the report
-    ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...]}``.
+    ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...], "pid_namespace": "applied" or
+    why not, "outer_pid": int}`` in the process that goes on to run the candidate (inside a pid namespace, that
+    is a grandchild of the caller; the caller then never returns, see :func:`_enter_pid_namespace`).
+    ``outer_pid`` is that process's pid in the caller's pid namespace.
 
     ``ro`` names paths outside the run directory the process must be able to reach (read-only, like everything
     but ``rw``), such as a prebuilt extension store under a home directory the leased uid cannot traverse.
@@ -334,10 +360,18 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
     libc = _c()
     rw = [os.path.realpath(p) for p in rw]
     cwd = os.getcwd()
+    outer_pid = os.getpid()
+    pid_ns = "needs the private mount namespace"
     try:
         _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
         applied.append("namespaces")
+        # Only with a private mount table: the fresh /proc below must not cover the machine's own.
+        pid_ns = _enter_pid_namespace(libc)
+        # Our pid as the parent sees it, read from the parent's procfs before the fresh one hides it.
+        outer_pid = int(os.readlink("/proc/self"))
         _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        if pid_ns is None:
+            pid_ns = _fresh_proc()
         blocked = _blocked_ancestors(_needed_paths(rw) + [os.path.realpath(p) for p in ro if os.path.exists(p)],
                                      uid)
         _open_views(blocked)
@@ -381,10 +415,135 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     missing += _verify(uid, rw, gpu_groups)
+    if pid_ns is None:
+        applied.insert(applied.index("namespaces") + 1, "pid namespace")
     ok = not missing
-    return {"isolation": FULL if ok else "partial: missing " + "; ".join(missing) + (
+    full = FULL if pid_ns is None else FULL_WITHOUT_PID_NAMESPACE
+    return {"isolation": full if ok else "partial: missing " + "; ".join(missing) + (
         f" (applied: {', '.join(applied)})" if applied else ""), "tamper_proof": ok,
-        "applied": applied, "missing": missing}
+        "applied": applied, "missing": missing, "pid_namespace": pid_ns or "applied", "outer_pid": outer_pid}
+
+
+def _enter_pid_namespace(libc) -> str | None:
+    """Move the rest of this run into a new pid namespace; returns None in the process that goes on to run the
+    candidate, or why the namespace is unavailable (then nothing was forked). Never returns in the other two.
+
+    A process cannot enter a pid namespace itself (``unshare(CLONE_NEWPID)`` only places its later children),
+    so three processes result, all from this one:
+
+    * the *outer* process (the runner's child, which the runner waits for, signals and charges nothing to)
+      waits for the namespace's init and exits exactly as the candidate's process did;
+    * the *init*, pid 1 of the namespace, forks the candidate's process and waits for it. When the init exits
+      the kernel kills everything left in the namespace, double-forked daemons included;
+    * the candidate's process, pid 2, which returns from here. It is not pid 1 because the kernel shields a
+      namespace's init from the signals its own namespace sends it when no handler is installed: a candidate
+      that killed itself (``os.kill(os.getpid(), SIGKILL)``, ``abort()``, faulthandler's re-raise after a
+      segfault) would survive as pid 1, and its row would no longer say ``crash``.
+
+    The init's exit status cannot carry the candidate's death by a signal (the init cannot die by one it
+    sends itself), so it hands the candidate's raw wait status to the outer process over a pipe. Both stay
+    root and run no candidate code; the candidate's uid cannot signal or trace them, nor name the outer one."""
+    try:
+        _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    except OSError as exc:
+        return f"pid namespace ({exc.strerror or exc})"
+    relay_r, relay_w = os.pipe()
+    try:
+        init = os.fork()
+    except OSError as exc:
+        os.close(relay_r)
+        os.close(relay_w)
+        return f"pid namespace (fork: {exc.strerror or exc})"
+    if init:
+        os.close(relay_w)
+        _outer(init, relay_r)
+    os.close(relay_r)
+    # The outer process is the one the runner kills: the namespace must not outlive it.
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    try:
+        runner = os.fork()
+    except OSError:
+        os._exit(_EX_OSERR)
+    if runner == 0:
+        os.close(relay_w)
+        return None
+    _init(runner, relay_w)
+    raise AssertionError("unreachable")  # pragma: no cover - _init never returns
+
+
+# Exit code of a sandbox helper process that could not do its job (sysexits' EX_OSERR): the runner then reports
+# the run as an error during startup, since no candidate code had run.
+_EX_OSERR = 71
+
+
+def _only_fd(keep: int) -> None:
+    """Close every descriptor but stdio and ``keep``: the helper processes must not hold the result channel or
+    the hold pipe open (the runner reads their end of file as the child's)."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    _c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _init(runner: int, relay_w: int) -> None:
+    """Pid 1 of the run's namespace: wait for the candidate's process, reaping orphans meanwhile, pass its wait
+    status on, then exit, which kills whatever else the namespace still holds."""
+    _only_fd(relay_w)
+    while True:
+        pid, status = os.waitpid(-1, 0)
+        if pid == runner:
+            break
+    try:
+        os.write(relay_w, status.to_bytes(4, "little"))
+    except OSError:
+        pass  # the outer process is gone; so is the runner's interest
+    os._exit(0)
+
+
+def _outer(init: int, relay_r: int) -> None:
+    """The runner's child once the candidate runs in a pid namespace: exit as the candidate's process did."""
+    _only_fd(relay_r)
+    _, status = os.waitpid(init, 0)
+    relayed = b""
+    while len(relayed) < 4:
+        chunk = os.read(relay_r, 4 - len(relayed))
+        if not chunk:
+            break
+        relayed += chunk
+    # Nothing relayed: the init itself was killed (the runner's SIGKILL, a parent-death signal); say that.
+    _exit_like(int.from_bytes(relayed, "little") if len(relayed) == 4 else status)
+
+
+def _exit_like(status: int) -> None:
+    """End this process with the given wait status: the same exit code, or death by the same signal."""
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        import resource
+
+        # The candidate's process had no core dumps either; this one holds nothing worth dumping.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass  # SIGKILL, SIGSTOP: cannot be caught anyway
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    os._exit(_EX_OSERR)
+
+
+def _fresh_proc() -> str | None:
+    """Mount a procfs of the new pid namespace on /proc (in the private mount table), so that the candidate
+    lists only its own namespace's processes; None when it is in place, else what went wrong. The driver's
+    entries (``/proc/driver/nvidia``, ``/proc/devices``, ``/proc/sys``) are the kernel's, the same in every
+    procfs; ``/proc/self`` is the reader's own in either."""
+    try:
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    except OSError as exc:
+        return f"fresh /proc ({exc.strerror or exc})"
+    if os.readlink("/proc/self") != str(os.getpid()) or os.getppid() != 1:
+        return f"fresh /proc (it shows pid {os.readlink('/proc/self')} for pid {os.getpid()})"
+    return None
 
 
 def _device_groups() -> list[int]:
