@@ -41,8 +41,9 @@ def test_candidate_sees_only_its_own_namespace(start):
     assert (res.start, res.isolation, res.tamper_proof) == (start, isolation.FULL, True)
     view = res.result
     assert view["pidns"] != _own_pidns()
-    # The namespace holds its init (pid 1, whose parent is outside) and the candidate's process, nothing else.
-    assert (view["pid"], view["ppid"], view["listed"]) == (2, 1, [1, 2]), view
+    # The namespace holds its init (pid 1) and the candidate's process, nothing else; the candidate's parent is
+    # outside it, which the namespace numbers 0.
+    assert (view["pid"], view["ppid"], view["listed"]) == (2, 0, [1, 2]), view
     for pid in outside:
         assert view["found"][str(pid)] == {"in_proc": False, "signal_0": "ProcessLookupError"}, (pid, view)
 
@@ -69,16 +70,23 @@ def test_exit_codes_and_signal_deaths_are_relayed(start, ending):
     assert detail in res.detail, res.detail
 
 
-# A process that enters the run's pid namespace as isolation.enter does (a private mount table first), then lets a
-# double-forked daemon escape its process tree and exits with the code it was given. /proc is left as it was, so
-# the daemon can name itself in the parent's numbers.
+# A process that enters the run's pid namespace as isolation.enter does (a private mount table first), with the
+# namespace's init that argv[2] names ("cat", or "fork" where there is no cat), then lets a double-forked daemon
+# escape its process tree and exits with the code it was given. /proc is left as it was, so the daemon can name
+# itself in the parent's numbers, and the init's name can be read through the outer process.
 _DAEMON = textwrap.dedent("""
     import os, sys, time
     from lethe.sandbox import isolation as I
+    if sys.argv[2] == "fork":
+        access = os.access
+        I.os.access = lambda p, mode: not p.endswith("/cat") and access(p, mode)
     libc = I._c()
     I._check(libc.unshare(I._CLONE_NEWNS), "unshare")
     I._mount(None, "/", None, I._MS_REC | I._MS_PRIVATE)
     assert I._enter_pid_namespace(libc) is None
+    outer = open("/proc/self/stat").read().rsplit(")", 1)[1].split()[1]
+    init = [k for k in open(f"/proc/{outer}/task/{outer}/children").read().split() if k != os.readlink("/proc/self")]
+    print("INIT", *[open(f"/proc/{k}/comm").read().strip() for k in init], flush=True)
     r, w = os.pipe()
     if os.fork() == 0:
         os.setsid()
@@ -93,10 +101,13 @@ _DAEMON = textwrap.dedent("""
 """)
 
 
-def test_double_forked_daemon_dies_with_the_namespace():
-    proc = subprocess.run([sys.executable, "-c", _DAEMON, "7"], capture_output=True, text=True, timeout=60,
+@pytest.mark.parametrize("init", ["cat", "fork"])
+def test_double_forked_daemon_dies_with_the_namespace(init):
+    proc = subprocess.run([sys.executable, "-c", _DAEMON, "7", init], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=SRC))
     assert proc.returncode == 7, proc.stderr
+    (names,) = [ln.split()[1:] for ln in proc.stdout.splitlines() if ln.startswith("INIT")]
+    assert names == (["cat"] if init == "cat" else [Path(sys.executable).name[:15]]), names
     _, pid, pidns = next(ln for ln in proc.stdout.splitlines() if ln.startswith("DAEMON ")).split()
     assert pidns != _own_pidns()
     # No grace period and no sweep (the daemon is root here, sleeping for a minute): the outer process ends only

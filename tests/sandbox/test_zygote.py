@@ -200,16 +200,20 @@ def test_zygote_killed_mid_run_costs_no_other_row():
 
 @pytest.mark.skipif(isolation.unavailable_reason() is not None, reason="needs operating-system isolation (root)")
 def test_candidate_cannot_kill_its_zygote():
-    run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
+    warm = run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
+    # Named outright: from a pid namespace of its own the candidate could not find its zygote as its parent.
+    zygotes = [z.proc.pid for z in Z.live_zygotes()]
     jobs = [
         {"target": "lethe.sandbox.testing:sleep_then_echo", "payload": {"sleep_s": 3.0, "i": 0},
          "arrays": {"v": np.arange(4.0)}, "start": "zygote", **CHEAP},
-        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.0}, "start": "zygote",
-         **CHEAP},
+        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.0, "zygote_pids": zygotes},
+         "start": "zygote", **CHEAP},
     ]
     victim, killer = run_many(jobs, max_workers=2)
-    # The candidate runs under its own uid: the kernel refuses its SIGKILL, and both rows stay forked.
-    assert killer.status == "ok" and killer.result == {"killed": False, "refused": True}, killer.detail
+    # The candidate runs under its own uid (the kernel refuses its SIGKILL) and, in its own pid namespace, cannot
+    # even name the zygote; both rows stay forked.
+    refusal = "ProcessLookupError" if warm.isolation == isolation.FULL else "PermissionError"
+    assert killer.status == "ok" and killer.result == {"killed": False, "refused": refusal}, killer.detail
     assert (killer.start, killer.start_note) == ("zygote", "")
     assert victim.status == "ok" and (victim.start, victim.start_note) == ("zygote", ""), victim.start_note
     np.testing.assert_array_equal(victim.arrays["v"], np.arange(4.0) * 2)

@@ -9,10 +9,10 @@ candidate code runs:
 
 1. ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)``: a private mount table, no network
    (only a down loopback), private System V IPC.
-2. ``unshare(CLONE_NEWPID)`` and two forks (:func:`_enter_pid_namespace` says why two): the candidate runs as
-   pid 2 of a pid namespace of its own, under a trusted init (pid 1); the runner's child becomes the *outer*
-   process, which only waits and then exits exactly as the candidate's process did (same code, or death by
-   the same signal), so the runner's classification of a run is unchanged.
+2. ``unshare(CLONE_NEWPID)`` and two children (:func:`_enter_pid_namespace` says why two): the candidate runs
+   as pid 2 of a pid namespace of its own, beside a trusted init (pid 1); the runner's child becomes the
+   *outer* process, which only waits and then exits exactly as the candidate's process did (same code, or
+   death by the same signal), so the runner's classification of a run is unchanged.
 3. Mounts (private to that namespace, nothing propagates back): a fresh procfs of the new pid namespace on
    ``/proc``; a private tmpfs on ``/dev/shm``; for every directory that the run's uid could not traverse but
    the interpreter needs (``/root`` on a pyenv machine), a tmpfs over it with bind mounts of exactly the needed
@@ -426,91 +426,99 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
 
 def _enter_pid_namespace(libc) -> str | None:
     """Move the rest of this run into a new pid namespace; returns None in the process that goes on to run the
-    candidate, or why the namespace is unavailable (then nothing was forked). Never returns in the other two.
+    candidate, or why the namespace is unavailable (then nothing was created). Never returns in the caller.
 
     A process cannot enter a pid namespace itself (``unshare(CLONE_NEWPID)`` only places its later children),
-    so three processes result, all from this one:
+    so the caller becomes the *outer* process (the runner's child, which the runner waits for, signals and
+    charges nothing to) and makes two children, both in the namespace:
 
-    * the *outer* process (the runner's child, which the runner waits for, signals and charges nothing to)
-      waits for the namespace's init and exits exactly as the candidate's process did;
-    * the *init*, pid 1 of the namespace, forks the candidate's process and waits for it. When the init exits
-      the kernel kills everything left in the namespace, double-forked daemons included;
-    * the candidate's process, pid 2, which returns from here. It is not pid 1 because the kernel shields a
-      namespace's init from the signals its own namespace sends it when no handler is installed: a candidate
-      that killed itself (``os.kill(os.getpid(), SIGKILL)``, ``abort()``, faulthandler's re-raise after a
-      segfault) would survive as pid 1, and its row would no longer say ``crash``.
+    * pid 1, the namespace's init: ``cat`` reading a pipe that only the outer process can write to (spawned,
+      not forked: no copy of this process's memory). It ends on the pipe's end of file, when the outer process
+      closes it or dies; the kernel then kills everything left in the namespace, double-forked daemons
+      included, before the init's own exit completes;
+    * pid 2, the candidate's process, a fork of this one, which returns from here. It is not pid 1 because the
+      kernel shields a namespace's init from the signals its own namespace sends it when no handler is
+      installed: as pid 1, a candidate that sent itself SIGKILL would survive it (and its row could read
+      ``ok``), and ``abort()`` would end by glibc's fallback SIGSEGV, not SIGABRT.
 
-    The init's exit status cannot carry the candidate's death by a signal (the init cannot die by one it
-    sends itself), so it hands the candidate's raw wait status to the outer process over a pipe. Both stay
-    root and run no candidate code; the candidate's uid cannot signal or trace them, nor name the outer one."""
+    The outer process waits for the candidate's process, ends the namespace and exits exactly as the candidate's
+    process did (same code, or death by the same signal), so the runner's classification is unchanged. The
+    outer process and the init stay root and run no candidate code: the candidate's uid cannot signal them, and
+    it cannot name the outer one at all."""
     try:
         _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     except OSError as exc:
         return f"pid namespace ({exc.strerror or exc})"
-    relay_r, relay_w = os.pipe()
+    hold_r, hold_w = os.pipe()
     try:
-        init = os.fork()
-    except OSError as exc:
-        os.close(relay_r)
-        os.close(relay_w)
-        return f"pid namespace (fork: {exc.strerror or exc})"
-    if init:
-        os.close(relay_w)
-        _outer(init, relay_r)
-    os.close(relay_r)
-    # The outer process is the one the runner kills: the namespace must not outlive it.
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    try:
+        # From here on a failure leaves no sound way on: the next child would become the namespace's init.
+        init = _spawn_init(hold_r)
+        os.close(hold_r)
         runner = os.fork()
     except OSError:
         os._exit(_EX_OSERR)
     if runner == 0:
-        os.close(relay_w)
+        os.close(hold_w)
         return None
-    _init(runner, relay_w)
-    raise AssertionError("unreachable")  # pragma: no cover - _init never returns
+    _outer(runner, init, hold_w)
+    raise AssertionError("unreachable")  # pragma: no cover - _outer never returns
 
 
-# Exit code of a sandbox helper process that could not do its job (sysexits' EX_OSERR): the runner then reports
-# the run as an error during startup, since no candidate code had run.
+# Exit code of the outer process when it could not set the namespace up (sysexits' EX_OSERR): the runner then
+# reports an error during startup, since no candidate code had run.
 _EX_OSERR = 71
 
 
+def _spawn_init(hold_r: int) -> int:
+    """Start the namespace's init: ``cat`` with ``hold_r`` as its input and no other descriptor of ours (the
+    result channel, the hold pipe and the output pipes must not stay open in it). Where there is no ``cat``, a
+    fork of this process does the same."""
+    cat = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)
+    if cat is None:
+        pid = os.fork()
+        if pid == 0:
+            _only_fd(hold_r)
+            while os.read(hold_r, 4096):
+                pass
+            os._exit(0)
+        return pid
+    # posix_spawn passes on every inheritable descriptor; ours are made close-on-exec for the spawn only.
+    shared = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                shared.append(fd)
+        except OSError:
+            continue  # the descriptor of the listing itself
+    for fd in shared:
+        os.set_inheritable(fd, False)
+    try:
+        return os.posix_spawn(cat, [cat], {}, file_actions=[
+            (os.POSIX_SPAWN_DUP2, hold_r, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2)])
+    finally:
+        for fd in shared:
+            os.set_inheritable(fd, True)
+
+
 def _only_fd(keep: int) -> None:
-    """Close every descriptor but stdio and ``keep``: the helper processes must not hold the result channel or
-    the hold pipe open (the runner reads their end of file as the child's)."""
+    """Close every descriptor but stdio and ``keep``: a helper process must not hold the result channel or the
+    hold pipe open (the runner reads their end of file as the candidate's)."""
     os.closerange(3, keep)
     os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
     _c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-def _init(runner: int, relay_w: int) -> None:
-    """Pid 1 of the run's namespace: wait for the candidate's process, reaping orphans meanwhile, pass its wait
-    status on, then exit, which kills whatever else the namespace still holds."""
-    _only_fd(relay_w)
-    while True:
-        pid, status = os.waitpid(-1, 0)
-        if pid == runner:
-            break
-    try:
-        os.write(relay_w, status.to_bytes(4, "little"))
-    except OSError:
-        pass  # the outer process is gone; so is the runner's interest
-    os._exit(0)
-
-
-def _outer(init: int, relay_r: int) -> None:
-    """The runner's child once the candidate runs in a pid namespace: exit as the candidate's process did."""
-    _only_fd(relay_r)
-    _, status = os.waitpid(init, 0)
-    relayed = b""
-    while len(relayed) < 4:
-        chunk = os.read(relay_r, 4 - len(relayed))
-        if not chunk:
-            break
-        relayed += chunk
-    # Nothing relayed: the init itself was killed (the runner's SIGKILL, a parent-death signal); say that.
-    _exit_like(int.from_bytes(relayed, "little") if len(relayed) == 4 else status)
+def _outer(runner: int, init: int, hold_w: int) -> None:
+    """The runner's child once the candidate runs in a pid namespace: wait for the candidate's process, end the
+    namespace (and with it every process still in it), then exit as the candidate's process did."""
+    _only_fd(hold_w)
+    _, status = os.waitpid(runner, 0)
+    os.close(hold_w)
+    os.waitpid(init, 0)
+    _exit_like(status)
 
 
 def _exit_like(status: int) -> None:
@@ -541,7 +549,8 @@ def _fresh_proc() -> str | None:
         _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     except OSError as exc:
         return f"fresh /proc ({exc.strerror or exc})"
-    if os.readlink("/proc/self") != str(os.getpid()) or os.getppid() != 1:
+    # Our parent, the outer process, is outside the namespace, which numbers it 0.
+    if os.readlink("/proc/self") != str(os.getpid()) or os.getppid() != 0:
         return f"fresh /proc (it shows pid {os.readlink('/proc/self')} for pid {os.getpid()})"
     return None
 
@@ -575,7 +584,9 @@ def _verify(uid: int, rw: list[str], groups: list[int] | None = None) -> list[st
     except OSError:
         bad.append("cannot read /proc/self/status")
     probe_dir = os.path.dirname(rw[0]) if rw else "/"
-    probe = os.path.join(probe_dir, f".lethe-write-probe-{os.getpid()}")
+    # Not named by pid: inside pid namespaces every run's candidate is pid 2, and a concurrent run's probe would
+    # make this one's creation fail as if the directory were read-only.
+    probe = os.path.join(probe_dir, f".lethe-write-probe-{secrets.token_hex(8)}")
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)

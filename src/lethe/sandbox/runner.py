@@ -693,7 +693,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     reason_detail = ""
     last_pss = 0.0
     budget_rss = None
-    root = None  # the candidate's process, known from its ready message (_candidate_root)
+    cand_pid = None  # the candidate's process, known from its ready message (_candidate_root)
     try:
         while True:
             if proc.poll() is not None:
@@ -720,9 +720,9 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
             for p in _tree(proc.pid):
                 seen[p.pid] = p
             if budget_rss is not None:
-                if root is None:
-                    root = _candidate_root(proc.pid, chan.ready)
-                rss, procs = _tree_rss(root)
+                if cand_pid is None:
+                    cand_pid = _candidate_root(proc.pid, chan.ready)
+                rss, procs = _tree_rss(cand_pid)
                 if rss > budget_rss and now - last_pss >= 0.2:
                     last_pss = now
                     used = _tree_pss(procs) if len(procs) > 1 else rss
@@ -737,7 +737,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
         if chan.done is not None and reason is None:
             # The child reported and now waits on the hold pipe: clean up its descendants while it still holds
             # them, then let it leave on its own (exit code 0) before the final sweep.
-            _kill_descendants(root or _candidate_root(proc.pid, chan.ready), seen)
+            _kill_descendants(cand_pid or _candidate_root(proc.pid, chan.ready), seen)
             os.close(hold_w)
             hold_w = None
             try:
@@ -747,10 +747,10 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
         if hold_w is not None:
             os.close(hold_w)
             hold_w = None
-        _kill_everything(proc, root or _candidate_root(proc.pid, chan.ready), seen)
+        _kill_everything(proc, cand_pid or _candidate_root(proc.pid, chan.ready), seen)
     except BaseException:
         # Interrupted (Ctrl-C, a bug here): never leave an untrusted process tree running behind us.
-        _kill_everything(proc, root or _candidate_root(proc.pid, chan.ready), seen)
+        _kill_everything(proc, cand_pid or _candidate_root(proc.pid, chan.ready), seen)
         if hold_w is not None:
             os.close(hold_w)
         if mode == "zygote":

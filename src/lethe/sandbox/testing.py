@@ -257,27 +257,37 @@ def pollute(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
 
 
 def kill_parent_if_zygote(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
-    """Hostile to the zygote mode only: SIGKILL our parent process if (and only if) it is a sandbox zygote
-    (in spawn mode the parent is the verifier itself, which this helper must never touch), then sleep."""
+    """Hostile to the zygote mode only: SIGKILL the sandbox zygote, which is our parent process if (and only if)
+    that is a zygote (in spawn mode the parent is the verifier itself, which this helper must never touch), or
+    the pids of ``payload["zygote_pids"]`` (inside a pid namespace the parent is out of sight), then sleep."""
     import os
     import signal
     import time
 
-    ppid = os.getppid()
-    try:
-        with open(f"/proc/{ppid}/cmdline", "rb") as fh:
-            is_zygote = b"--zygote" in fh.read().split(b"\0")
-    except OSError:
-        is_zygote = False
-    time.sleep(float(payload.get("delay_s", 0.0)))
-    if is_zygote:
+    targets = [int(p) for p in payload.get("zygote_pids", [])]
+    if not targets:
+        ppid = os.getppid()
         try:
-            os.kill(ppid, signal.SIGKILL)
-        except PermissionError:
-            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled.
-            return {"killed": False, "refused": True}, {}
+            with open(f"/proc/{ppid}/cmdline", "rb") as fh:
+                targets = [ppid] if b"--zygote" in fh.read().split(b"\0") else []
+        except OSError:
+            pass
+    time.sleep(float(payload.get("delay_s", 0.0)))
+    delivered, refused = 0, set()
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            delivered += 1
+        except OSError as exc:
+            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled
+            # (PermissionError), or, from a pid namespace of the run's own, not even named (ProcessLookupError).
+            refused.add(type(exc).__name__)
+    if delivered:
         time.sleep(30)
-    return {"killed": is_zygote}, {}
+    out = {"killed": bool(delivered)}
+    if refused:
+        out["refused"] = " ".join(sorted(refused))
+    return out, {}
 
 
 def sleep_then_echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
