@@ -74,7 +74,8 @@ def _normalise(state: dict) -> dict:
     """Replace what is per run by design (pid, the private directory's name, descriptor numbers, the
     entropy-seeded draws, RLIMIT_AS which is relative to the preload's address space) by placeholders."""
     run_dir = str(Path(state["cwd"]).parent)
-    s = {k: v for k, v in state.items() if k not in ("pid", "pidns", "random", "np_random", "cpu_s")}
+    s = {k: v for k, v in state.items()
+         if k not in ("pid", "pidns", "random", "np_random", "cpu_s", "session_leader", "pgid_leader")}
     s["env"] = {k: v.replace(run_dir, "<run>") for k, v in state["env"].items()}
     s["c_env"] = {k: v.replace(run_dir, "<run>") for k, v in state["c_env"].items()}
     s["sys_path"] = [p.replace(run_dir, "<run>") for p in state["sys_path"]]
@@ -92,10 +93,14 @@ def test_forked_child_starts_from_the_state_of_a_spawned_one(batches):
         assert forked[key] == spawned[key], key
     # The facts the comparison stands for, stated outright.
     assert forked["fds"] == sorted(["/dev/null", "pipe:", "pipe:", "pipe:", "pipe:"])
-    # A new session and process group, led by the child the runner made (the candidate's process itself, or the
-    # outer process of its pid namespace).
-    leader = "outside the pid namespace" if batches["zygote"][0].isolation == isolation.FULL else "self"
-    assert forked["session_leader"] == forked["pgid_leader"] == leader
+    # A new session and process group, led by the child the runner waits for. That is the candidate's process
+    # itself, except for a spawned child in a pid namespace, which made an outer process to create the namespace
+    # (a forked one is forked into a namespace the zygote made); the leader is then out of the namespace's sight.
+    spawned_state, forked_state = batches["spawn"][0].result, batches["zygote"][0].result
+    in_pidns = batches["zygote"][0].isolation == isolation.FULL
+    assert forked_state["session_leader"] == forked_state["pgid_leader"] == "self"
+    assert spawned_state["session_leader"] == spawned_state["pgid_leader"] == (
+        "outside the pid namespace" if in_pidns else "self")
     assert forked["cuda_initialised"] is False and forked["threads"] >= 1
     assert forked["env"]["PYTHONHASHSEED"] == "0" and forked["main"] == "lethe.sandbox.child"
     # The C-level environment (what the CUDA driver reads) is the run's, not the zygote's.

@@ -9,10 +9,11 @@ candidate code runs:
 
 1. ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)``: a private mount table, no network
    (only a down loopback), private System V IPC.
-2. ``unshare(CLONE_NEWPID)`` and two children (:func:`_enter_pid_namespace` says why two): the candidate runs
-   as pid 2 of a pid namespace of its own, beside a trusted init (pid 1); the runner's child becomes the
-   *outer* process, which only waits and then exits exactly as the candidate's process did (same code, or
-   death by the same signal), so the runner's classification of a run is unchanged.
+2. A pid namespace of the run's own, in which the candidate runs as pid 2 beside a trusted init (pid 1). A
+   zygote forks the child straight into one it made (:func:`make_pid_namespace`); a spawned child makes it
+   here (:func:`_enter_pid_namespace`, which says why pid 2 and why two children) and becomes the *outer*
+   process, which only waits and then exits exactly as the candidate's process did (same code, or death by
+   the same signal), so the runner's classification of a run is unchanged.
 3. Mounts (private to that namespace, nothing propagates back): a fresh procfs of the new pid namespace on
    ``/proc``; a private tmpfs on ``/dev/shm``; for every directory that the run's uid could not traverse but
    the interpreter needs (``/root`` on a pyenv machine), a tmpfs over it with bind mounts of exactly the needed
@@ -347,7 +348,7 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
     """Isolate the calling process (root, single-threaded, no candidate code run yet); returns the report
     ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...], "pid_namespace": "applied" or
     why not, "outer_pid": int}`` in the process that goes on to run the candidate (inside a pid namespace, that
-    is a grandchild of the caller; the caller then never returns, see :func:`_enter_pid_namespace`).
+    is a child of the caller; the caller then never returns, see :func:`_enter_pid_namespace`).
     ``outer_pid`` is that process's pid in the caller's pid namespace.
 
     ``ro`` names paths outside the run directory the process must be able to reach (read-only, like everything
@@ -427,6 +428,8 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
 def _enter_pid_namespace(libc) -> str | None:
     """Move the rest of this run into a new pid namespace; returns None in the process that goes on to run the
     candidate, or why the namespace is unavailable (then nothing was created). Never returns in the caller.
+    A process that a zygote forked into a namespace made for it (:func:`make_pid_namespace`) is already there:
+    nothing to do.
 
     A process cannot enter a pid namespace itself (``unshare(CLONE_NEWPID)`` only places its later children),
     so the caller becomes the *outer* process (the runner's child, which the runner waits for, signals and
@@ -445,6 +448,8 @@ def _enter_pid_namespace(libc) -> str | None:
     process did (same code, or death by the same signal), so the runner's classification is unchanged. The
     outer process and the init stay root and run no candidate code: the candidate's uid cannot signal them, and
     it cannot name the outer one at all."""
+    if _made_by_parent:
+        return None
     try:
         _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     except OSError as exc:
@@ -462,6 +467,53 @@ def _enter_pid_namespace(libc) -> str | None:
         return None
     _outer(runner, init, hold_w)
     raise AssertionError("unreachable")  # pragma: no cover - _outer never returns
+
+
+# True in a process that a zygote forked as pid 2 of a namespace it had made for the run (make_pid_namespace).
+_made_by_parent = False
+
+
+def make_pid_namespace() -> tuple[int, int] | None:
+    """For a parent that forks the candidate's process itself (the zygote): a new pid namespace with its init
+    already spawned, so that the caller's next fork is pid 2 there and no outer process (nor its fork of a
+    preloaded image) is needed. Returns the init's pid and the pipe end that keeps it alive (close it when that
+    fork has exited: the namespace then ends), or None where the namespace is unavailable. After the fork the
+    caller calls :func:`restore_pid_namespace`, and the forked process calls :func:`entered_pid_namespace`."""
+    libc = _c()
+    if libc.unshare(_CLONE_NEWPID) != 0:
+        return None
+    hold_r, hold_w = os.pipe()
+    try:
+        init = _spawn_init(hold_r)
+    except OSError:
+        os.close(hold_w)
+        restore_pid_namespace()
+        return None
+    finally:
+        os.close(hold_r)
+    return init, hold_w
+
+
+def restore_pid_namespace() -> None:
+    """Place this process's later children in its own pid namespace again (undoes :func:`make_pid_namespace`);
+    raises if the kernel refuses, since every later fork would then fail."""
+    fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_c().setns(fd, _CLONE_NEWPID), "setns(own pid namespace)")
+    finally:
+        os.close(fd)
+
+
+def entered_pid_namespace() -> None:
+    """Called in the process a zygote forked into a namespace of :func:`make_pid_namespace`: :func:`enter` then
+    creates none of its own."""
+    global _made_by_parent
+    _made_by_parent = True
+
+
+def in_namespace_made_by_parent() -> bool:
+    """Whether :func:`entered_pid_namespace` was called in this process."""
+    return _made_by_parent
 
 
 # Exit code of the outer process when it could not set the namespace up (sysexits' EX_OSERR): the runner then

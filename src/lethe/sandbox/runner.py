@@ -305,7 +305,7 @@ def _kill_descendants(root: int, seen: dict[int, Any]) -> None:
 
 def _candidate_root(child: int, ready: dict | None) -> int:
     """The pid of the process that runs the candidate: the child itself, or, when the child isolated the run in
-    a pid namespace, its grandchild there (lethe.sandbox.isolation: the child and the namespace's init only
+    a pid namespace, its child there (lethe.sandbox.isolation: the child and the namespace's init only
     wait). The child names it in ``ready``, sent before any candidate code; a name that is not in the child's
     tree is not taken. Memory is charged from this process down, and it is the subreaper that must stay alive
     while its descendants are cleared."""
@@ -560,7 +560,7 @@ def _spawn_child(child_env, work, w_fd, hold_r):
     )
 
 
-def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, deadline):
+def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, deadline, pid_namespace):
     """Ask the zygote for this run's key to fork the child. Returns the ZygoteProc, or None when the
     startup budget ran out (the zygote still importing its preload, or too busy to fork in time)."""
     from lethe.sandbox import zygote as Z
@@ -578,7 +578,8 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
     err_r, err_w = os.pipe()
     left = max(0.0, deadline - time.monotonic())
     try:
-        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r], timeout=min(left, _FORK_WAIT_S))
+        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r], timeout=min(left, _FORK_WAIT_S),
+                       pid_namespace=pid_namespace)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -659,7 +660,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     try:
         if mode == "zygote":
             proc = _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload,
-                               t_start + startup_timeout_s)
+                               t_start + startup_timeout_s, "isolate" in cfg)
         else:
             proc = _spawn_child(child_env, work, w_fd, hold_r)
     except BaseException:

@@ -175,8 +175,8 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         "fds": fds,
         "limits": {k: list(v) for k, v in limits.items()},
         "threads": len(os.listdir("/proc/self/task")),
-        # Inside the run's own pid namespace the leader of our session and group is the sandbox's outer process,
-        # which that namespace does not number (0).
+        # Inside the run's own pid namespace, made by a spawned child, the leader of our session and group is
+        # that child, the sandbox's outer process, which the namespace does not number (0).
         "session_leader": _leader(os.getsid(0)),
         "pgid_leader": _leader(os.getpgid(0)),
         "pidns": os.readlink("/proc/self/ns/pid"),
