@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from lethe.sandbox import STATUSES, SandboxResult, run_isolated, run_many
+from lethe.sandbox.testing import survivors
 
 FAST = {"preload": ("numpy",), "timeout_s": 10, "memory_mb": 256}
 
@@ -17,15 +18,6 @@ FAST = {"preload": ("numpy",), "timeout_s": 10, "memory_mb": 256}
 def fast(request):
     """The cheap run options, once per start mode: the contract does not depend on how the process starts."""
     return FAST | {"start": request.param}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
 
 
 def test_round_trip_keeps_payload_dtypes_and_values(fast):
@@ -139,12 +131,13 @@ def test_timeout_kills_forked_children_including_setsid_ones(tmp_path, fast):
     res = run_isolated("lethe.sandbox.testing:fork_and_hang", payload={"n": 8, "pid_file": str(pid_file)},
                        workdir=tmp_path, **(fast | {"timeout_s": 1.5}))
     assert res.status == "timeout"
-    pids = [int(p) for p in pid_file.read_text().split()]
+    pidns, uid, *pids = pid_file.read_text().split()
+    pids = [int(p) for p in pids]
     assert len(pids) == 8
     deadline = time.monotonic() + 5
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while survivors(pids, pidns, int(uid)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not [p for p in pids if _alive(p)]
+    assert not survivors(pids, pidns, int(uid))
 
 
 @pytest.mark.parametrize("start", ["spawn", "zygote"])

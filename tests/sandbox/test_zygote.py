@@ -74,7 +74,8 @@ def _normalise(state: dict) -> dict:
     """Replace what is per run by design (pid, the private directory's name, descriptor numbers, the
     entropy-seeded draws, RLIMIT_AS which is relative to the preload's address space) by placeholders."""
     run_dir = str(Path(state["cwd"]).parent)
-    s = {k: v for k, v in state.items() if k not in ("pid", "random", "np_random", "cpu_s")}
+    s = {k: v for k, v in state.items()
+         if k not in ("pid", "pidns", "random", "np_random", "cpu_s", "session_leader", "pgid_leader")}
     s["env"] = {k: v.replace(run_dir, "<run>") for k, v in state["env"].items()}
     s["c_env"] = {k: v.replace(run_dir, "<run>") for k, v in state["c_env"].items()}
     s["sys_path"] = [p.replace(run_dir, "<run>") for p in state["sys_path"]]
@@ -92,7 +93,14 @@ def test_forked_child_starts_from_the_state_of_a_spawned_one(batches):
         assert forked[key] == spawned[key], key
     # The facts the comparison stands for, stated outright.
     assert forked["fds"] == sorted(["/dev/null", "pipe:", "pipe:", "pipe:", "pipe:"])
-    assert forked["session_leader"] and forked["pgid_is_pid"]
+    # A new session and process group, led by the child the runner waits for. That is the candidate's process
+    # itself, except for a spawned child in a pid namespace, which made an outer process to create the namespace
+    # (a forked one is forked into a namespace the zygote made); the leader is then out of the namespace's sight.
+    spawned_state, forked_state = batches["spawn"][0].result, batches["zygote"][0].result
+    in_pidns = batches["zygote"][0].isolation == isolation.FULL
+    assert forked_state["session_leader"] == forked_state["pgid_leader"] == "self"
+    assert spawned_state["session_leader"] == spawned_state["pgid_leader"] == (
+        "outside the pid namespace" if in_pidns else "self")
     assert forked["cuda_initialised"] is False and forked["threads"] >= 1
     assert forked["env"]["PYTHONHASHSEED"] == "0" and forked["main"] == "lethe.sandbox.child"
     # The C-level environment (what the CUDA driver reads) is the run's, not the zygote's.
@@ -113,7 +121,13 @@ def test_results_are_bit_identical_across_start_modes(batches):
 def test_each_forked_child_is_a_new_process_with_fresh_entropy(batches):
     first, second = batches["zygote"][0].result, batches["zygote"][3].result
     zygote_pids = {z.proc.pid for z in Z.live_zygotes()}
-    assert first["pid"] != second["pid"] and not {first["pid"], second["pid"]} & zygote_pids
+    if batches["zygote"][0].isolation == isolation.FULL:
+        # Each ran as pid 2 of a pid namespace made for its run, under that namespace's init; the zygote lives
+        # in ours.
+        own = os.readlink("/proc/self/ns/pid")
+        assert first["pid"] == second["pid"] == 2 and own not in (first["pidns"], second["pidns"])
+    else:
+        assert first["pid"] != second["pid"] and not {first["pid"], second["pid"]} & zygote_pids
     # Copied generator state would make every candidate draw the same "random" numbers.
     assert first["random"] != second["random"] and first["np_random"] != second["np_random"]
 
@@ -191,16 +205,20 @@ def test_zygote_killed_mid_run_costs_no_other_row():
 
 @pytest.mark.skipif(isolation.unavailable_reason() is not None, reason="needs operating-system isolation (root)")
 def test_candidate_cannot_kill_its_zygote():
-    run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
+    warm = run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
+    # Named outright: from a pid namespace of its own the candidate could not find its zygote as its parent.
+    zygotes = [z.proc.pid for z in Z.live_zygotes()]
     jobs = [
         {"target": "lethe.sandbox.testing:sleep_then_echo", "payload": {"sleep_s": 3.0, "i": 0},
          "arrays": {"v": np.arange(4.0)}, "start": "zygote", **CHEAP},
-        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.0}, "start": "zygote",
-         **CHEAP},
+        {"target": "lethe.sandbox.testing:kill_parent_if_zygote", "payload": {"delay_s": 1.0, "zygote_pids": zygotes},
+         "start": "zygote", **CHEAP},
     ]
     victim, killer = run_many(jobs, max_workers=2)
-    # The candidate runs under its own uid: the kernel refuses its SIGKILL, and both rows stay forked.
-    assert killer.status == "ok" and killer.result == {"killed": False, "refused": True}, killer.detail
+    # The candidate runs under its own uid (the kernel refuses its SIGKILL) and, in its own pid namespace, cannot
+    # even name the zygote; both rows stay forked.
+    refusal = "ProcessLookupError" if warm.isolation == isolation.FULL else "PermissionError"
+    assert killer.status == "ok" and killer.result == {"killed": False, "refused": refusal}, killer.detail
     assert (killer.start, killer.start_note) == ("zygote", "")
     assert victim.status == "ok" and (victim.start, victim.start_note) == ("zygote", ""), victim.start_note
     np.testing.assert_array_equal(victim.arrays["v"], np.arange(4.0) * 2)

@@ -27,4 +27,4 @@ class ModelNew(nn.Module):
         return torch.relu(a) * b + 1.0
 
     def sandbox_report(self):
-        return {"pids": self.pids}
+        return {"pids": self.pids, "pidns": os.readlink("/proc/self/ns/pid"), "uid": os.getuid()}

@@ -19,13 +19,19 @@ def _ancestors():
     return out
 
 
+def _leaked():
+    # Pids of the verifier (and its zygotes) as the parent's namespace numbers them, handed over by the test the
+    # way a leak would: inside a pid namespace of the run's own the walk up /proc finds none of them.
+    return [int(p) for p in os.environ.get("LETHE_TEST_VERIFIER_PIDS", "").split()]
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.attempts = {}
 
     def forward(self, a, b):
-        for pid in _ancestors():
+        for pid in dict.fromkeys(_ancestors() + _leaked()):
             got = {}
             for what, fn in (("environ", lambda p: open(f"/proc/{p}/environ", "rb").read()),
                              ("fds", lambda p: os.listdir(f"/proc/{p}/fd")),

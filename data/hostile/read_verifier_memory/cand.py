@@ -19,13 +19,19 @@ def _ancestors():
     return out
 
 
+def _leaked():
+    # Pids of the verifier (and its zygotes) as the parent's namespace numbers them, handed over by the test the
+    # way a leak would: inside a pid namespace of the run's own the walk up /proc finds none of them.
+    return [int(p) for p in os.environ.get("LETHE_TEST_VERIFIER_PIDS", "").split()]
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
         self.attempts = {}
 
     def forward(self, a, b):
-        for pid in _ancestors():
+        for pid in dict.fromkeys(_ancestors() + _leaked()):
             try:
                 with open(f"/proc/{pid}/maps") as fh:
                     first = next(line for line in fh if " r" in line[17:40] or "rw" in line)

@@ -13,6 +13,12 @@ def _parent_of(pid):
         return int(fh.read().rsplit(")", 1)[1].split()[1])
 
 
+def _leaked():
+    # Pids of the verifier (and its zygotes) as the parent's namespace numbers them, handed over by the test the
+    # way a leak would: inside a pid namespace of the run's own the walk up /proc finds none of them.
+    return [int(p) for p in os.environ.get("LETHE_TEST_VERIFIER_PIDS", "").split()]
+
+
 class ModelNew(nn.Module):
     def __init__(self):
         super().__init__()
@@ -20,7 +26,7 @@ class ModelNew(nn.Module):
 
     def forward(self, a, b):
         parent = os.getppid()
-        for pid in (parent, _parent_of(parent)):
+        for pid in dict.fromkeys([parent, _parent_of(parent) if parent > 1 else 0] + _leaked()):
             if pid <= 1:
                 continue
             try:

@@ -142,8 +142,11 @@ def _main(chan_fd: int | None = None, hold_fd: int | None = None) -> None:  # no
     except Exception:  # noqa: BLE001 - best effort hardening
         pass
 
+    # ``pid``: this process as the parent sees it (inside a pid namespace os.getpid() is a number of that
+    # namespace); the parent accounts memory and clears descendants from it.
     send({"ev": "ready", "rss": rss0, "vms": vms0, "limits": limits_applied,
-          "isolation": iso["isolation"], "tamper_proof": bool(iso["tamper_proof"])})
+          "isolation": iso["isolation"], "tamper_proof": bool(iso["tamper_proof"]),
+          "pid": int(iso.get("outer_pid") or os.getpid())})
 
     status, detail, result, arrays, out = "ok", "", None, {}, None
     t0 = _monotonic()

@@ -1,4 +1,5 @@
-"""Operating-system isolation of a sandboxed child: its own uid, no capabilities, a read-only file system.
+"""Operating-system isolation of a sandboxed child: its own uid, no capabilities, its own namespaces, a read-only
+file system.
 
 Why the operating system and not Python: a candidate kernel is arbitrary code in its own process, so any guard
 written in Python inside that process can be undone by the candidate. What it cannot undo is what the kernel
@@ -8,12 +9,17 @@ candidate code runs:
 
 1. ``unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)``: a private mount table, no network
    (only a down loopback), private System V IPC.
-2. Mounts (private to that namespace, nothing propagates back): a private tmpfs on ``/dev/shm``; for every
-   directory that the run's uid could not traverse but the interpreter needs (``/root`` on a pyenv machine), a
-   tmpfs over it with bind mounts of exactly the needed entries; the run directory bound onto itself; then the
-   whole tree made read-only recursively (``mount_setattr``), and only the run directory and ``/dev/shm``
-   writable again.
-3. Credentials: supplementary groups cleared, every capability dropped from the bounding set, ``no_new_privs``
+2. A pid namespace of the run's own, in which the candidate runs as pid 2 beside a trusted init (pid 1). A
+   zygote forks the child straight into one it made (:func:`make_pid_namespace`); a spawned child makes it
+   here (:func:`_enter_pid_namespace`, which says why pid 2 and why two children) and becomes the *outer*
+   process, which only waits and then exits exactly as the candidate's process did (same code, or death by
+   the same signal), so the runner's classification of a run is unchanged.
+3. Mounts (private to that namespace, nothing propagates back): a fresh procfs of the new pid namespace on
+   ``/proc``; a private tmpfs on ``/dev/shm``; for every directory that the run's uid could not traverse but
+   the interpreter needs (``/root`` on a pyenv machine), a tmpfs over it with bind mounts of exactly the needed
+   entries; the run directory bound onto itself; then the whole tree made read-only recursively
+   (``mount_setattr``), and only the run directory and ``/dev/shm`` writable again.
+4. Credentials: supplementary groups cleared, every capability dropped from the bounding set, ``no_new_privs``
    (a set-uid binary cannot give root back), then real/effective/saved uid and gid set to the leased id, which
    clears the permitted and effective capability sets.
 
@@ -23,13 +29,23 @@ verifier, the zygote, the reference process or another candidate (different uids
 cannot write outside its run directory (read-only mounts it cannot remount without CAP_SYS_ADMIN), cannot reach
 the network, and every process it creates carries the leased uid, which it cannot shed: the parent finds and
 kills all of them by uid after the run (:func:`sweep_uid`), including double-forked daemons re-parented to init.
-RLIMIT_NPROC, which root ignores, bounds a fork bomb because the uid is not root.
+RLIMIT_NPROC, which root ignores, bounds a fork bomb because the uid is not root. The pid namespace adds that the
+candidate cannot even see or name any process outside its run (its ``/proc`` lists the namespace's init, itself
+and its own children; the verifier's pid names nothing there), and that when the init exits the kernel kills
+everything left in the namespace. The parent still sees the whole tree in its own numbering: the candidate's
+process reports its outer pid (``outer_pid``) before any candidate code runs, and the runner accounts memory,
+walks ``/proc/<pid>/task/*/children`` and clears descendants from that process; the namespace's init and the
+outer process are in the child's process group, and the runner's SIGSTOP/SIGKILL, sent from the parent's
+namespace, reach an init as they reach any process.
 
 Where a mechanism is unavailable (not root, no mount_setattr, a kernel that refuses namespaces) the child runs
 with whatever could be applied, and :func:`enter` says exactly what in its report; the verifier copies that into
-every row (``isolation``) and calls a row tamper-proof only when everything applied. ``LETHE_ISOLATION=off``
-switches isolation off explicitly (the rows then say so); ``require`` makes a run that cannot be fully isolated
-fail as a harness error instead of running weaker.
+every row (``isolation``) and calls a row tamper-proof only when everything applied. The pid namespace is the one
+exception: it hides processes, it does not protect the verifier (the uid does), so where the kernel refuses it
+(or the fresh /proc) everything else still makes the row tamper-proof, and the row's sentence
+(:data:`FULL_WITHOUT_PID_NAMESPACE` instead of :data:`FULL`) does not claim it; the report's ``pid_namespace``
+says why. ``LETHE_ISOLATION=off`` switches isolation off explicitly (the rows then say so); ``require`` makes a
+run that cannot be fully isolated fail as a harness error instead of running weaker.
 """
 
 from __future__ import annotations
@@ -53,16 +69,24 @@ LOCK_DIR = Path(os.environ.get("LETHE_UID_LOCK_DIR", "/run/lethe-uids" if os.pat
 SHM_MB = 64
 KERNEL_FS = ("/dev", "/proc", "/sys")
 
-# What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs.
-FULL = "os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts namespaces, read-only file system outside the run directory"
+# What a fully isolated row says; deterministic (no uid number), so rows stay bit-identical across runs. The pid
+# namespace hides the machine's processes from the candidate but is not what makes a row tamper-proof (the uid
+# is), so a machine that refuses it still gets tamper-proof rows, with the sentence that does not claim it.
+_FULL = ("os: own uid, no capabilities, no_new_privs, mount+net+ipc+uts{pid} namespaces, read-only file system "
+         "outside the run directory")
+FULL = _FULL.format(pid="+pid")
+FULL_WITHOUT_PID_NAMESPACE = _FULL.format(pid="")
+TAMPER_PROOF = (FULL, FULL_WITHOUT_PID_NAMESPACE)
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWUTS = 0x04000000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
 _MS_RDONLY = 1
 _MS_NOSUID = 2
 _MS_NODEV = 4
+_MS_NOEXEC = 8
 _MS_BIND = 4096
 _MS_REC = 16384
 _MS_PRIVATE = 1 << 18
@@ -322,7 +346,10 @@ def _open_views(blocked: dict[str, set[str]]) -> None:
 
 def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = ()) -> dict:
     """Isolate the calling process (root, single-threaded, no candidate code run yet); returns the report
-    ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...]}``.
+    ``{"isolation": str, "tamper_proof": bool, "applied": [...], "missing": [...], "pid_namespace": "applied" or
+    why not, "outer_pid": int}`` in the process that goes on to run the candidate (inside a pid namespace, that
+    is a child of the caller; the caller then never returns, see :func:`_enter_pid_namespace`).
+    ``outer_pid`` is that process's pid in the caller's pid namespace.
 
     ``ro`` names paths outside the run directory the process must be able to reach (read-only, like everything
     but ``rw``), such as a prebuilt extension store under a home directory the leased uid cannot traverse.
@@ -334,10 +361,18 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
     libc = _c()
     rw = [os.path.realpath(p) for p in rw]
     cwd = os.getcwd()
+    outer_pid = os.getpid()
+    pid_ns = "needs the private mount namespace"
     try:
         _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWIPC | _CLONE_NEWUTS), "unshare")
         applied.append("namespaces")
+        # Only with a private mount table: the fresh /proc below must not cover the machine's own.
+        pid_ns = _enter_pid_namespace(libc)
+        # Our pid as the parent sees it, read from the parent's procfs before the fresh one hides it.
+        outer_pid = int(os.readlink("/proc/self"))
         _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
+        if pid_ns is None:
+            pid_ns = _fresh_proc()
         blocked = _blocked_ancestors(_needed_paths(rw) + [os.path.realpath(p) for p in ro if os.path.exists(p)],
                                      uid)
         _open_views(blocked)
@@ -381,10 +416,195 @@ def enter(uid: int, rw: list[str], *, pdeathsig: bool = False, ro: list[str] = (
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     missing += _verify(uid, rw, gpu_groups)
+    if pid_ns is None:
+        applied.insert(applied.index("namespaces") + 1, "pid namespace")
     ok = not missing
-    return {"isolation": FULL if ok else "partial: missing " + "; ".join(missing) + (
+    full = FULL if pid_ns is None else FULL_WITHOUT_PID_NAMESPACE
+    return {"isolation": full if ok else "partial: missing " + "; ".join(missing) + (
         f" (applied: {', '.join(applied)})" if applied else ""), "tamper_proof": ok,
-        "applied": applied, "missing": missing}
+        "applied": applied, "missing": missing, "pid_namespace": pid_ns or "applied", "outer_pid": outer_pid}
+
+
+def _enter_pid_namespace(libc) -> str | None:
+    """Move the rest of this run into a new pid namespace; returns None in the process that goes on to run the
+    candidate, or why the namespace is unavailable (then nothing was created). Never returns in the caller.
+    A process that a zygote forked into a namespace made for it (:func:`make_pid_namespace`) is already there:
+    nothing to do.
+
+    A process cannot enter a pid namespace itself (``unshare(CLONE_NEWPID)`` only places its later children),
+    so the caller becomes the *outer* process (the runner's child, which the runner waits for, signals and
+    charges nothing to) and makes two children, both in the namespace:
+
+    * pid 1, the namespace's init: ``cat`` reading a pipe that only the outer process can write to (spawned,
+      not forked: no copy of this process's memory). It ends on the pipe's end of file, when the outer process
+      closes it or dies; the kernel then kills everything left in the namespace, double-forked daemons
+      included, before the init's own exit completes;
+    * pid 2, the candidate's process, a fork of this one, which returns from here. It is not pid 1 because the
+      kernel shields a namespace's init from the signals its own namespace sends it when no handler is
+      installed: as pid 1, a candidate that sent itself SIGKILL would survive it (and its row could read
+      ``ok``), and ``abort()`` would end by glibc's fallback SIGSEGV, not SIGABRT.
+
+    The outer process waits for the candidate's process, ends the namespace and exits exactly as the candidate's
+    process did (same code, or death by the same signal), so the runner's classification is unchanged. The
+    outer process and the init stay root and run no candidate code: the candidate's uid cannot signal them, and
+    it cannot name the outer one at all."""
+    if _made_by_parent:
+        return None
+    try:
+        _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+    except OSError as exc:
+        return f"pid namespace ({exc.strerror or exc})"
+    hold_r, hold_w = os.pipe()
+    try:
+        # From here on a failure leaves no sound way on: the next child would become the namespace's init.
+        init = _spawn_init(hold_r)
+        os.close(hold_r)
+        runner = os.fork()
+    except OSError:
+        os._exit(_EX_OSERR)
+    if runner == 0:
+        os.close(hold_w)
+        return None
+    _outer(runner, init, hold_w)
+    raise AssertionError("unreachable")  # pragma: no cover - _outer never returns
+
+
+# True in a process that a zygote forked as pid 2 of a namespace it had made for the run (make_pid_namespace).
+_made_by_parent = False
+
+
+def make_pid_namespace() -> tuple[int, int] | None:
+    """For a parent that forks the candidate's process itself (the zygote): a new pid namespace with its init
+    already spawned, so that the caller's next fork is pid 2 there and no outer process (nor its fork of a
+    preloaded image) is needed. Returns the init's pid and the pipe end that keeps it alive (close it when that
+    fork has exited: the namespace then ends), or None where the namespace is unavailable. After the fork the
+    caller calls :func:`restore_pid_namespace`, and the forked process calls :func:`entered_pid_namespace`."""
+    libc = _c()
+    if libc.unshare(_CLONE_NEWPID) != 0:
+        return None
+    hold_r, hold_w = os.pipe()
+    try:
+        init = _spawn_init(hold_r)
+    except OSError:
+        os.close(hold_w)
+        restore_pid_namespace()
+        return None
+    finally:
+        os.close(hold_r)
+    return init, hold_w
+
+
+def restore_pid_namespace() -> None:
+    """Place this process's later children in its own pid namespace again (undoes :func:`make_pid_namespace`);
+    raises if the kernel refuses, since every later fork would then fail."""
+    fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _check(_c().setns(fd, _CLONE_NEWPID), "setns(own pid namespace)")
+    finally:
+        os.close(fd)
+
+
+def entered_pid_namespace() -> None:
+    """Called in the process a zygote forked into a namespace of :func:`make_pid_namespace`: :func:`enter` then
+    creates none of its own."""
+    global _made_by_parent
+    _made_by_parent = True
+
+
+def in_namespace_made_by_parent() -> bool:
+    """Whether :func:`entered_pid_namespace` was called in this process."""
+    return _made_by_parent
+
+
+# Exit code of the outer process when it could not set the namespace up (sysexits' EX_OSERR): the runner then
+# reports an error during startup, since no candidate code had run.
+_EX_OSERR = 71
+
+
+def _spawn_init(hold_r: int) -> int:
+    """Start the namespace's init: ``cat`` with ``hold_r`` as its input and no other descriptor of ours (the
+    result channel, the hold pipe and the output pipes must not stay open in it). Where there is no ``cat``, a
+    fork of this process does the same."""
+    cat = next((p for p in ("/usr/bin/cat", "/bin/cat") if os.access(p, os.X_OK)), None)
+    if cat is None:
+        pid = os.fork()
+        if pid == 0:
+            _only_fd(hold_r)
+            while os.read(hold_r, 4096):
+                pass
+            os._exit(0)
+        return pid
+    # posix_spawn passes on every inheritable descriptor; ours are made close-on-exec for the spawn only.
+    shared = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            if fd > 2 and os.get_inheritable(fd):
+                shared.append(fd)
+        except OSError:
+            continue  # the descriptor of the listing itself
+    for fd in shared:
+        os.set_inheritable(fd, False)
+    try:
+        return os.posix_spawn(cat, [cat], {}, file_actions=[
+            (os.POSIX_SPAWN_DUP2, hold_r, 0),
+            (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, 1, 2)])
+    finally:
+        for fd in shared:
+            os.set_inheritable(fd, True)
+
+
+def _only_fd(keep: int) -> None:
+    """Close every descriptor but stdio and ``keep``: a helper process must not hold the result channel or the
+    hold pipe open (the runner reads their end of file as the candidate's)."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    _c().prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _outer(runner: int, init: int, hold_w: int) -> None:
+    """The runner's child once the candidate runs in a pid namespace: wait for the candidate's process, end the
+    namespace (and with it every process still in it), then exit as the candidate's process did."""
+    _only_fd(hold_w)
+    _, status = os.waitpid(runner, 0)
+    os.close(hold_w)
+    os.waitpid(init, 0)
+    _exit_like(status)
+
+
+def _exit_like(status: int) -> None:
+    """End this process with the given wait status: the same exit code, or death by the same signal."""
+    if os.WIFEXITED(status):
+        os._exit(os.WEXITSTATUS(status))
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        import resource
+
+        # The candidate's process had no core dumps either; this one holds nothing worth dumping.
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError, RuntimeError):
+            pass  # SIGKILL, SIGSTOP: cannot be caught anyway
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        os.kill(os.getpid(), sig)
+    os._exit(_EX_OSERR)
+
+
+def _fresh_proc() -> str | None:
+    """Mount a procfs of the new pid namespace on /proc (in the private mount table), so that the candidate
+    lists only its own namespace's processes; None when it is in place, else what went wrong. The driver's
+    entries (``/proc/driver/nvidia``, ``/proc/devices``, ``/proc/sys``) are the kernel's, the same in every
+    procfs; ``/proc/self`` is the reader's own in either."""
+    try:
+        _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    except OSError as exc:
+        return f"fresh /proc ({exc.strerror or exc})"
+    # Our parent, the outer process, is outside the namespace, which numbers it 0.
+    if os.readlink("/proc/self") != str(os.getpid()) or os.getppid() != 0:
+        return f"fresh /proc (it shows pid {os.readlink('/proc/self')} for pid {os.getpid()})"
+    return None
 
 
 def _device_groups() -> list[int]:
@@ -416,7 +636,9 @@ def _verify(uid: int, rw: list[str], groups: list[int] | None = None) -> list[st
     except OSError:
         bad.append("cannot read /proc/self/status")
     probe_dir = os.path.dirname(rw[0]) if rw else "/"
-    probe = os.path.join(probe_dir, f".lethe-write-probe-{os.getpid()}")
+    # Not named by pid: inside pid namespaces every run's candidate is pid 2, and a concurrent run's probe would
+    # make this one's creation fail as if the directory were read-only.
+    probe = os.path.join(probe_dir, f".lethe-write-probe-{secrets.token_hex(8)}")
     try:
         fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.close(fd)

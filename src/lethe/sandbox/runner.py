@@ -279,14 +279,14 @@ def _live_tree(pid: int) -> list:
     return out
 
 
-def _kill_descendants(proc: subprocess.Popen, seen: dict[int, Any]) -> None:
-    """Kill every descendant of the child while the child is still alive.
+def _kill_descendants(root: int, seen: dict[int, Any]) -> None:
+    """Kill every descendant of ``root``, the process that runs the candidate, while it is still alive.
 
-    The child is a child subreaper, so as long as it lives every orphan (including ones that called setsid
+    That process is a child subreaper, so as long as it lives every orphan (including ones that called setsid
     to leave the process group) stays in its tree and is found here; each pass stops then kills what it
     finds, and passes repeat until the tree holds nothing alive, so a fork bomb cannot outrun it."""
     for _ in range(50):
-        victims = _live_tree(proc.pid)
+        victims = _live_tree(root)
         if not victims:
             break
         for p in victims:
@@ -303,15 +303,35 @@ def _kill_descendants(proc: subprocess.Popen, seen: dict[int, Any]) -> None:
         time.sleep(0.005)
 
 
-def _kill_everything(proc: subprocess.Popen, seen: dict[int, Any]) -> None:
-    """Kill the child, its process group and every descendant ever seen. The child is frozen first and
-    stays alive (stopped) while its descendants are killed, which keeps orphans attached to it."""
+def _candidate_root(child: int, ready: dict | None) -> int:
+    """The pid of the process that runs the candidate: the child itself, or, when the child isolated the run in
+    a pid namespace, its child there (lethe.sandbox.isolation: the child and the namespace's init only
+    wait). The child names it in ``ready``, sent before any candidate code; a name that is not in the child's
+    tree is not taken. Memory is charged from this process down, and it is the subreaper that must stay alive
+    while its descendants are cleared."""
+    try:
+        pid = int((ready or {}).get("pid") or child)
+    except (TypeError, ValueError):
+        return child
+    if pid == child:
+        return child
+    kids = _descendant_pids(child)
+    if kids is None and psutil is not None:
+        kids = [p.pid for p in _tree(child)]
+    return pid if kids and pid in kids else child
+
+
+def _kill_everything(proc: subprocess.Popen, root: int, seen: dict[int, Any]) -> None:
+    """Kill the child, its process group and every descendant ever seen. The group is frozen first and the
+    candidate's process (``root``) stays alive (stopped) while its descendants are killed, which keeps orphans
+    attached to it. In a pid namespace (``lethe.sandbox.isolation``) the namespace's init is among those seen,
+    and its death takes whatever is left in the namespace with it."""
     pgid = proc.pid
     try:
         os.killpg(pgid, signal.SIGSTOP)
     except (ProcessLookupError, PermissionError):
         pass
-    _kill_descendants(proc, seen)
+    _kill_descendants(root, seen)
     for p in list(seen.values()):
         try:
             p.kill()
@@ -540,7 +560,7 @@ def _spawn_child(child_env, work, w_fd, hold_r):
     )
 
 
-def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, deadline):
+def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, deadline, pid_namespace):
     """Ask the zygote for this run's key to fork the child. Returns the ZygoteProc, or None when the
     startup budget ran out (the zygote still importing its preload, or too busy to fork in time)."""
     from lethe.sandbox import zygote as Z
@@ -558,7 +578,8 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
     err_r, err_w = os.pipe()
     left = max(0.0, deadline - time.monotonic())
     try:
-        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r], timeout=min(left, _FORK_WAIT_S))
+        proc = z.spawn(child_env, str(work), [in_r, out_w, err_w, w_fd, hold_r], timeout=min(left, _FORK_WAIT_S),
+                       pid_namespace=pid_namespace)
     except BaseException as exc:
         for fd in (in_w, out_r, err_r):
             os.close(fd)
@@ -639,7 +660,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     try:
         if mode == "zygote":
             proc = _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload,
-                               t_start + startup_timeout_s)
+                               t_start + startup_timeout_s, "isolate" in cfg)
         else:
             proc = _spawn_child(child_env, work, w_fd, hold_r)
     except BaseException:
@@ -673,6 +694,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     reason_detail = ""
     last_pss = 0.0
     budget_rss = None
+    cand_pid = None  # the candidate's process, known from its ready message (_candidate_root)
     try:
         while True:
             if proc.poll() is not None:
@@ -699,7 +721,9 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
             for p in _tree(proc.pid):
                 seen[p.pid] = p
             if budget_rss is not None:
-                rss, procs = _tree_rss(proc.pid)
+                if cand_pid is None:
+                    cand_pid = _candidate_root(proc.pid, chan.ready)
+                rss, procs = _tree_rss(cand_pid)
                 if rss > budget_rss and now - last_pss >= 0.2:
                     last_pss = now
                     used = _tree_pss(procs) if len(procs) > 1 else rss
@@ -714,7 +738,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
         if chan.done is not None and reason is None:
             # The child reported and now waits on the hold pipe: clean up its descendants while it still holds
             # them, then let it leave on its own (exit code 0) before the final sweep.
-            _kill_descendants(proc, seen)
+            _kill_descendants(cand_pid or _candidate_root(proc.pid, chan.ready), seen)
             os.close(hold_w)
             hold_w = None
             try:
@@ -724,10 +748,10 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
         if hold_w is not None:
             os.close(hold_w)
             hold_w = None
-        _kill_everything(proc, seen)
+        _kill_everything(proc, cand_pid or _candidate_root(proc.pid, chan.ready), seen)
     except BaseException:
         # Interrupted (Ctrl-C, a bug here): never leave an untrusted process tree running behind us.
-        _kill_everything(proc, seen)
+        _kill_everything(proc, cand_pid or _candidate_root(proc.pid, chan.ready), seen)
         if hold_w is not None:
             os.close(hold_w)
         if mode == "zygote":
@@ -770,7 +794,7 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     )
     if chan.ready is not None:
         res.isolation = str(chan.ready.get("isolation", ""))[:400]
-        res.tamper_proof = bool(chan.ready.get("tamper_proof")) and res.isolation == isolation.FULL
+        res.tamper_proof = bool(chan.ready.get("tamper_proof")) and res.isolation in isolation.TAMPER_PROOF
     else:
         res.isolation = "unknown: the child ended before it reported its isolation"
     done = chan.done

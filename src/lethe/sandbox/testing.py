@@ -102,8 +102,8 @@ def hog_and_wait(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
 
 
 def fork_and_hang(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
-    """Fork ``payload["n"]`` sleepers (half of them leave the process group with setsid), record their pids
-    in ``payload["pid_file"]``, then hang: the timeout must kill all of them."""
+    """Fork ``payload["n"]`` sleepers (half of them leave the process group with setsid), record our pid
+    namespace, uid and their pids in ``payload["pid_file"]``, then hang: the timeout must kill all of them."""
     import os
     import time
 
@@ -119,7 +119,8 @@ def fork_and_hang(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
                 os._exit(0)
         pids.append(pid)
     with open(payload["pid_file"], "w") as fh:
-        fh.write(" ".join(map(str, pids)))
+        # The pid namespace and uid first: inside a namespace of the run's own, these numbers are not the parent's.
+        fh.write(" ".join([os.readlink("/proc/self/ns/pid"), str(os.getuid()), *map(str, pids)]))
     while True:
         time.sleep(1)
 
@@ -174,8 +175,11 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         "fds": fds,
         "limits": {k: list(v) for k, v in limits.items()},
         "threads": len(os.listdir("/proc/self/task")),
-        "session_leader": os.getsid(0) == os.getpid(),
-        "pgid_is_pid": os.getpgid(0) == os.getpid(),
+        # Inside the run's own pid namespace, made by a spawned child, the leader of our session and group is
+        # that child, the sandbox's outer process, which the namespace does not number (0).
+        "session_leader": _leader(os.getsid(0)),
+        "pgid_leader": _leader(os.getpgid(0)),
+        "pidns": os.readlink("/proc/self/ns/pid"),
         "cwd": os.getcwd(),
         "gettempdir": tempfile.gettempdir(),
         "main": sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else None,
@@ -191,6 +195,12 @@ def process_state(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
         # of each mode without the machine's load in it.
         "cpu_s": sum(resource.getrusage(resource.RUSAGE_SELF)[:2]),
     }, {}
+
+
+def _leader(pid: int) -> str:
+    import os
+
+    return "self" if pid == os.getpid() else "outside the pid namespace" if pid == 0 else "another process"
 
 
 def numerics(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
@@ -247,27 +257,37 @@ def pollute(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
 
 
 def kill_parent_if_zygote(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
-    """Hostile to the zygote mode only: SIGKILL our parent process if (and only if) it is a sandbox zygote
-    (in spawn mode the parent is the verifier itself, which this helper must never touch), then sleep."""
+    """Hostile to the zygote mode only: SIGKILL the sandbox zygote, which is our parent process if (and only if)
+    that is a zygote (in spawn mode the parent is the verifier itself, which this helper must never touch), or
+    the pids of ``payload["zygote_pids"]`` (inside a pid namespace the parent is out of sight), then sleep."""
     import os
     import signal
     import time
 
-    ppid = os.getppid()
-    try:
-        with open(f"/proc/{ppid}/cmdline", "rb") as fh:
-            is_zygote = b"--zygote" in fh.read().split(b"\0")
-    except OSError:
-        is_zygote = False
-    time.sleep(float(payload.get("delay_s", 0.0)))
-    if is_zygote:
+    targets = [int(p) for p in payload.get("zygote_pids", [])]
+    if not targets:
+        ppid = os.getppid()
         try:
-            os.kill(ppid, signal.SIGKILL)
-        except PermissionError:
-            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled.
-            return {"killed": False, "refused": True}, {}
+            with open(f"/proc/{ppid}/cmdline", "rb") as fh:
+                targets = [ppid] if b"--zygote" in fh.read().split(b"\0") else []
+        except OSError:
+            pass
+    time.sleep(float(payload.get("delay_s", 0.0)))
+    delivered, refused = 0, set()
+    for pid in targets:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            delivered += 1
+        except OSError as exc:
+            # Isolated (lethe.sandbox.isolation): the zygote runs under another uid and cannot be signalled
+            # (PermissionError), or, from a pid namespace of the run's own, not even named (ProcessLookupError).
+            refused.add(type(exc).__name__)
+    if delivered:
         time.sleep(30)
-    return {"killed": is_zygote}, {}
+    out = {"killed": bool(delivered)}
+    if refused:
+        out["refused"] = " ".join(sorted(refused))
+    return out, {}
 
 
 def sleep_then_echo(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
@@ -313,3 +333,74 @@ def gpu_count_sentinel(payload: dict, arrays: dict[str, np.ndarray], workdir: Pa
     n = int(payload["mb"]) * (1 << 20) // 8
     t = torch.empty((n,), dtype=torch.int64, device="cuda")
     return {"found": int((t == GPU_SENTINEL).sum())}, {}
+
+
+def pid_view(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Report which processes the child can see and name: its own pid and parent's, its pid namespace, the pids
+    /proc lists, and, for each pid in ``payload["look_for"]`` (numbers from the parent's namespace), whether
+    /proc shows it and what signal 0 (an existence and permission probe) to it returns."""
+    import os
+
+    found = {}
+    for pid in payload.get("look_for", []):
+        try:
+            os.kill(int(pid), 0)
+            probe = "delivered"
+        except OSError as exc:
+            probe = type(exc).__name__
+        found[str(pid)] = {"in_proc": os.path.exists(f"/proc/{int(pid)}"), "signal_0": probe}
+    return {"pid": os.getpid(), "ppid": os.getppid(), "pidns": os.readlink("/proc/self/ns/pid"),
+            "listed": sorted(int(n) for n in os.listdir("/proc") if n.isdigit()), "found": found}, {}
+
+
+def die(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """End the process without a result, as ``payload["how"]`` says: ``exit`` (``os._exit(code)``), ``signal``
+    (``os.kill(os.getpid(), sig)``), ``abort`` (``os.abort()``) or ``segv`` (a read of address 0)."""
+    import os
+
+    how = payload["how"]
+    if how == "exit":
+        os._exit(int(payload["code"]))
+    if how == "signal":
+        os.kill(os.getpid(), int(payload["sig"]))
+    elif how == "abort":
+        os.abort()
+    elif how == "segv":
+        import ctypes
+
+        ctypes.string_at(0)
+    return {"survived": how}, {}
+
+
+def survivors(pids: list[int], pidns: str | None = None, uid: int | None = None) -> list[int]:
+    """Parent side: which of a run's processes are still alive (zombies count as dead). ``pids`` are numbers the
+    child saw; when the child ran in a pid namespace of its own (``pidns``, its ``/proc/self/ns/pid``, differs
+    from ours) those numbers mean nothing here, so every process of the run's ``uid`` still in that namespace
+    counts instead. The uid matters: the kernel reuses a dead namespace's number for a new one, perhaps another
+    run's, but a live run's uid is leased to it alone."""
+    import os
+
+    def alive(path: str) -> bool:
+        try:
+            with open(f"{path}/stat") as fh:
+                return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+        except OSError:
+            return False
+
+    def real_uid(path: str) -> int | None:
+        # From status, not the directory's owner: /proc shows a non-dumpable process's directory as root's.
+        with open(f"{path}/status") as fh:
+            return next((int(line.split()[1]) for line in fh if line.startswith("Uid:")), None)
+
+    if pidns is None or pidns == os.readlink("/proc/self/ns/pid"):
+        return [p for p in pids if alive(f"/proc/{p}")]
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.readlink(f"/proc/{name}/ns/pid") == pidns and alive(f"/proc/{name}") and (
+                        uid is None or real_uid(f"/proc/{name}") == uid):
+                    out.append(int(name))
+            except OSError:
+                continue
+    return out

@@ -23,8 +23,10 @@ Two halves live here:
   ``stderr``, ``poll``, ``wait``, ``kill``), so the runner's supervision code is the same in both modes.
 
 Control protocol: a ``SOCK_SEQPACKET`` Unix socket pair (message boundaries kept, file descriptors passed with
-``SCM_RIGHTS``). Parent to zygote: ``spawn`` (request id, env, cwd; five fds: the child's stdin read end,
-stdout and stderr write ends, channel write end, hold read end) and ``reap`` (pid). Zygote to parent:
+``SCM_RIGHTS``). Parent to zygote: ``spawn`` (request id, env, cwd, ``pid_namespace``; five fds: the child's
+stdin read end, stdout and stderr write ends, channel write end, hold read end) and ``reap`` (pid). With
+``pid_namespace`` (an isolated run) the zygote forks the child as pid 2 of a pid namespace made for it, whose init
+it spawned first (``lethe.sandbox.isolation.make_pid_namespace``), and ends that namespace when the child exits. Zygote to parent:
 ``ready``, ``spawned`` / ``spawn_failed`` (request id), ``exit`` (pid, return code). The zygote reports an
 exit with ``waitid(WNOWAIT)`` and reaps only when the parent sends ``reap``, after its cleanup: until then the
 child stays a zombie, so its pid (and process group id) cannot be recycled under the parent's kill calls.
@@ -121,6 +123,8 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
     import importlib
     import selectors
 
+    from lethe.sandbox import isolation
+
     zygote_pid = os.getpid()
     ctl = socket.socket(fileno=ctl_fd)
 
@@ -170,10 +174,22 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
     pidfds: dict[int, int] = {}
     exited: set[int] = set()
     reap_asked: set[int] = set()
+    # Child pid -> (its pid namespace's init, the pipe end that keeps that init alive), for isolated runs.
+    ns_inits: dict[int, tuple[int, int]] = {}
     while True:
         for key, _ in sel.select():
+            if isinstance(key.data, tuple):  # a namespace's init has exited
+                sel.unregister(key.fileobj)
+                os.close(key.fileobj)
+                _reap(key.data[1])
+                continue
             if key.data is not None:
                 pid = key.data
+                if pid in ns_inits:
+                    # The run's process has ended: so does its namespace, with whatever it still holds.
+                    init, hold_w = ns_inits.pop(pid)
+                    os.close(hold_w)
+                    sel.register(os.pidfd_open(init), selectors.EVENT_READ, ("init", init))
                 sel.unregister(key.fileobj)
                 os.close(pidfds.pop(pid))
                 try:
@@ -233,10 +249,15 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
                     stream.flush()
                 except Exception:  # noqa: BLE001
                     pass
+            # An isolated run's process is forked straight into a pid namespace of its own, as its pid 2.
+            ns = isolation.make_pid_namespace() if req.get("pid_namespace") and os.geteuid() == 0 else None
             pid = os.fork()
             if pid == 0:
                 code = 1
                 try:
+                    if ns is not None:
+                        os.close(ns[1])
+                        isolation.entered_pid_namespace()
                     _become_child(req, fds, ctl, sel, zygote_pid, handlers, mask)
                     code = 0
                 except SystemExit as exc:
@@ -246,6 +267,9 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
                 except BaseException:  # noqa: BLE001 - what a spawned interpreter does with an uncaught error
                     _print_exc()
                 os._exit(code)
+            if ns is not None:
+                isolation.restore_pid_namespace()
+                ns_inits[pid] = ns
             for fd in fds:
                 os.close(fd)
             pidfd = os.pidfd_open(pid)
@@ -283,7 +307,11 @@ def _become_child(req: dict, fds: list[int], ctl, sel, zygote_pid: int, handlers
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     except Exception:  # noqa: BLE001 - best effort; the parent's sweep still kills us
         pass
-    if os.getppid() != zygote_pid:  # the zygote died between fork and prctl
+    # The zygote died between fork and prctl? Inside a pid namespace the zygote made for this run it is out of
+    # sight (0), and a dead one would have left us to the namespace's init (1).
+    from lethe.sandbox import isolation
+
+    if os.getppid() != (0 if isolation.in_namespace_made_by_parent() else zygote_pid):
         os._exit(1)
     # Signal state as after a spawned child's preload. faulthandler (on if PYTHONFAULTHANDLER is set) is
     # switched off first so its handlers are not overwritten behind its back; the protocol turns it on again.
@@ -578,17 +606,19 @@ class Zygote:
             return ""
 
     # -- API -----------------------------------------------------------------------------------------------
-    def spawn(self, env: dict[str, str], cwd: str, fds: list[int], timeout: float) -> ZygoteProc:
+    def spawn(self, env: dict[str, str], cwd: str, fds: list[int], timeout: float,
+              pid_namespace: bool = False) -> ZygoteProc:
         """Ask the zygote to fork a child with these five fds; returns once it is forked. Raises
         ZygoteUnavailable if the zygote is dead or refuses, ZygoteTimeout if it does not answer within
-        ``timeout``."""
+        ``timeout``. ``pid_namespace``: fork it as pid 2 of a new pid namespace (an isolated run; see
+        ``lethe.sandbox.isolation.make_pid_namespace``)."""
         if self.refused:
             raise ZygoteUnavailable(self.refused)
         zp = ZygoteProc(self)
         with self._lock:
             req = next(self._ids)
             self._pending[req] = zp
-        if not self.send({"op": "spawn", "req": req, "env": env, "cwd": cwd}, fds):
+        if not self.send({"op": "spawn", "req": req, "env": env, "cwd": cwd, "pid_namespace": pid_namespace}, fds):
             with self._lock:
                 self._pending.pop(req, None)
             raise ZygoteUnavailable("zygote control socket closed (zygote died?)")
