@@ -155,3 +155,35 @@ def test_a_refused_pid_namespace_degrades_and_says_so():
     assert "pid namespace" not in report["applied"] and "CLONE_NEWPID" in report["pid_namespace"], report
     # Nothing was forked: the process that isolated itself is the one that goes on, in our namespace.
     assert report["pidns"] == _own_pidns() and report["outer_pid"] == report["pid"], report
+
+
+_SWITCHED_OFF = textwrap.dedent("""
+    import json, os, sys
+    from lethe.sandbox import isolation as I
+    report = I.enter(int(sys.argv[1]), [sys.argv[2]])
+    report["pidns"] = os.readlink("/proc/self/ns/pid")
+    report["pid"] = os.getpid()
+    print(json.dumps(report), flush=True)
+""")
+
+
+def test_the_pid_namespace_can_be_switched_off_and_the_row_says_so(monkeypatch):
+    monkeypatch.setenv(isolation.PID_NAMESPACE_ENV, "off")
+    assert isolation.make_pid_namespace() is None  # the zygote's path: no namespace made, nothing unshared
+    monkeypatch.delenv(isolation.PID_NAMESPACE_ENV)
+    lease = isolation.UidLease()
+    uid = lease.acquire()
+    run_dir = Path(tempfile.mkdtemp(prefix="lethe-pidns-test-"))
+    try:
+        isolation.give_to(uid, [run_dir])
+        proc = subprocess.run([sys.executable, "-c", _SWITCHED_OFF, str(uid), str(run_dir)], capture_output=True,
+                              text=True, timeout=60, cwd=run_dir,
+                              env=dict(os.environ, PYTHONPATH=SRC, **{isolation.PID_NAMESPACE_ENV: "off"}))
+    finally:
+        lease.release()
+        isolation.give_back(run_dir, 0, 0)
+        subprocess.run(["rm", "-rf", str(run_dir)], check=False)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout.splitlines()[-1])
+    assert (report["isolation"], report["tamper_proof"]) == (isolation.FULL_WITHOUT_PID_NAMESPACE, True), report
+    assert "switched off" in report["pid_namespace"] and report["pidns"] == _own_pidns(), report

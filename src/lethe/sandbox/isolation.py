@@ -450,6 +450,8 @@ def _enter_pid_namespace(libc) -> str | None:
     it cannot name the outer one at all."""
     if _made_by_parent:
         return None
+    if not pid_namespace_enabled():
+        return f"pid namespace (switched off: {PID_NAMESPACE_ENV}=off)"
     try:
         _check(libc.unshare(_CLONE_NEWPID), "unshare(CLONE_NEWPID)")
     except OSError as exc:
@@ -469,6 +471,15 @@ def _enter_pid_namespace(libc) -> str | None:
     raise AssertionError("unreachable")  # pragma: no cover - _outer never returns
 
 
+#: ``LETHE_PID_NAMESPACE=off`` runs the child without its pid namespace (the rows then carry
+#: FULL_WITHOUT_PID_NAMESPACE): an escape hatch for a machine whose GPU driver would not work inside one.
+PID_NAMESPACE_ENV = "LETHE_PID_NAMESPACE"
+
+
+def pid_namespace_enabled() -> bool:
+    return os.environ.get(PID_NAMESPACE_ENV, "on").strip().lower() not in ("off", "0", "no", "false")
+
+
 # True in a process that a zygote forked as pid 2 of a namespace it had made for the run (make_pid_namespace).
 _made_by_parent = False
 
@@ -479,6 +490,8 @@ def make_pid_namespace() -> tuple[int, int] | None:
     preloaded image) is needed. Returns the init's pid and the pipe end that keeps it alive (close it when that
     fork has exited: the namespace then ends), or None where the namespace is unavailable. After the fork the
     caller calls :func:`restore_pid_namespace`, and the forked process calls :func:`entered_pid_namespace`."""
+    if not pid_namespace_enabled():
+        return None
     libc = _c()
     if libc.unshare(_CLONE_NEWPID) != 0:
         return None
