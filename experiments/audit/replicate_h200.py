@@ -148,6 +148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n-self", type=int, default=10, help="reference-as-candidate kernels in the mixed folder")
     ap.add_argument("--slice", type=int, default=0,
                     help="audit the next this many leaderboard kernels (SHA-256-of-id order) not in --done")
+    ap.add_argument("--corpus", default="leaderboard",
+                    help="with --slice: leaderboard, or a KernelBench-runs corpus (hzeng-backends, ...)")
     ap.add_argument("--done", default="", help="committed rows.parquet whose kernel ids --slice skips")
     ap.add_argument("--build-budget-s", type=float, default=0.0,
                     help="no extension build starts after this many seconds; kernels left unbuilt wait for the next call")
@@ -169,11 +171,17 @@ def main(argv=None) -> int:
     lb = run / "lb"
     step(run, "materialise", [py, "-m", "lethe.corpora.leaderboard", "materialise", "--out", str(lb), "--raw", a.raw,
                               "--kb", a.kb])
+    problems = a.kb  # where the audit and KernelBench's check read each kernel's reference
+    if a.corpus != "leaderboard":  # a corpus of KernelBench runs (lethe.corpora.kbruns): its own problem files
+        src = run / "src"
+        step(run, "materialise_corpus", [py, "-m", f"lethe.corpora.{a.corpus.replace('-', '_')}", "materialise",
+                                         "--out", str(src)])
+        lb, problems = src / "run", str(src / "problems")
     target = lb
     if a.slice:
         target = run / "slice"
         if "slice" not in _state(run):
-            ids = slice_run(lb, a.kb, target, a.slice, A.audited_ids(a.done))
+            ids = slice_run(lb, problems, target, a.slice, A.audited_ids(a.done))
             state = _state(run)
             state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(A.audited_ids(a.done))}
             _save(run, state)
@@ -184,17 +192,18 @@ def main(argv=None) -> int:
             state = _state(run)
             state["mixed"] = {"rc": 0, "kernels": len(origin)}
             _save(run, state)
-    audit = [py, "-m", "lethe.cli", "audit", str(target), "--kernelbench", a.kb, "--profiles", PROFILES,
+    audit = [py, "-m", "lethe.cli", "audit", str(target), "--kernelbench", problems, "--profiles", PROFILES,
              "--workers", str(a.workers), "--build-workers", str(a.build_workers), "--device", "cuda", "--corpus",
-             "mixed" if a.subset and not a.slice else "leaderboard", "--out", str(run / "out" / "audit"), "--quiet",
+             "mixed" if a.subset and not a.slice else a.corpus, "--out", str(run / "out" / "audit"), "--quiet",
              "--reference-device", a.reference_device]
     from lethe.audit.batch import discover
 
-    build_map(discover(str(target), kernelbench=a.kb), run / "buildmap.json")
+    build_map(discover(str(target), kernelbench=problems), run / "buildmap.json")
 
     def kernelbench(impl: str) -> None:
         if f"kb_{impl}" not in skip:
             step(run, f"kb_{impl}", [py, "-m", "lethe.kernelbench.real", "judge", str(target), "--checkout", a.kb,
+                                     "--problems", problems,
                                      "--impl", impl, "--out", str(run / "out" / f"kb-{impl}"), "--workers",
                                      str(a.kb_workers), "--build-dir-map", str(run / "buildmap.json"), "--quiet"])
 
@@ -204,11 +213,11 @@ def main(argv=None) -> int:
         step(run, "build", audit + ["--build-only"])
         os.environ.pop("LETHE_BUILD_DEADLINE", None)
         if a.slice and "prune" not in _state(run):
-            moved = prune_unbuilt(target, a.kb, run / "out" / "audit" / "work", run / "slice-unbuilt")
+            moved = prune_unbuilt(target, problems, run / "out" / "audit" / "work", run / "slice-unbuilt")
             state = _state(run)
             state["prune"] = {"rc": 0, "unbuilt": moved}
             _save(run, state)
-            build_map(discover(str(target), kernelbench=a.kb), run / "buildmap.json")
+            build_map(discover(str(target), kernelbench=problems), run / "buildmap.json")
     kernelbench("real")
     if "audit" not in skip:
         audit[audit.index("--build-workers") + 1] = "0"
@@ -251,7 +260,7 @@ def main(argv=None) -> int:
 def collect(run: Path, dest: Path) -> int:
     """Rows, summaries, timings, provenance, build outcomes and logs; never a candidate source or a build."""
     def wanted(rel: Path) -> bool:
-        if rel.parts[0] == "lb":
+        if rel.parts[0] in ("lb", "src"):
             return rel.name == "manifest.jsonl"
         if "work" in rel.parts:
             # Checkpoints too: an audit cut short by the lease still brings back every row it finished.

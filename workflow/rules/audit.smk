@@ -1,10 +1,13 @@
 # Render rules of the audit stage: the funnel / floor / per-class table of every corpus whose audit
 # aggregates are committed under results/audit/<corpus>/ (render rules read committed files only).
 
+# Corpora audited on the GPU and judged by KernelBench's own check (config audit.replication); their
+# aggregates.json is derived from the committed rows by audit_replication_aggregate below.
+REPLICATED = [c for c in config["audit"].get("replication", [])
+              if os.path.exists(os.path.join(workflow.basedir, "results", "audit", c, "rows.parquet"))]
 AUDITED_CORPORA = sorted(
-    c
-    for c in ("fixture", "sakana-subset", "drkernel", "sakana")
-    if os.path.exists(os.path.join(workflow.basedir, "results", "audit", c, "aggregates.json"))
+    {c for c in ("fixture", "sakana-subset", "drkernel", "sakana")
+     if os.path.exists(os.path.join(workflow.basedir, "results", "audit", c, "aggregates.json"))} | set(REPLICATED)
 )
 
 RENDER_TARGETS.extend(
@@ -78,3 +81,22 @@ rule tool_latency_table:
         "logs/audit/tool_latency_table.log",
     script:
         "../scripts/tool_latency_render.py"
+
+
+rule audit_replication_aggregate:
+    conda:
+        CONDA_ENV
+    input:
+        rows="results/audit/{corpus}/rows.parquet",
+        kb="results/differential/{corpus}/kb_real/real/rows.jsonl",
+        manifest="results/audit/{corpus}/manifest.jsonl",
+    output:
+        aggregates="results/audit/{corpus}/aggregates.json",
+    wildcard_constraints:
+        corpus="|".join(REPLICATED) or "__none__",
+    params:
+        corpus=lambda wc: wc.corpus,
+    log:
+        "logs/audit/replication_aggregate_{corpus}.log",
+    script:
+        "../scripts/audit_replication_aggregate.py"

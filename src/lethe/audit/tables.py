@@ -39,7 +39,10 @@ def _int(n: int) -> str:
 
 def _sections(agg: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[str]]]]:
     f = agg["funnel"]
-    funnel = [[label, _int(f[key])] for key, label in FUNNEL_ROWS
+    labels = dict(FUNNEL_ROWS)
+    if agg.get("acceptance_label"):  # a corpus whose acceptance is another judge's verdict, not a speedup
+        labels["accepted"] = agg["acceptance_label"]
+    funnel = [[labels[key], _int(f[key])] for key, _ in FUNNEL_ROWS
               if key != "has_verdict" or f["dropped"].get("no_verdict")]
     for reason, n in f["dropped"].items():
         if reason == "no_verdict" and not n:
@@ -57,9 +60,18 @@ def _sections(agg: Mapping[str, Any]) -> list[tuple[str, list[str], list[list[st
          _frac({"kernels": total_k - v["findings"], "denominator": total_n - v["kernels"]})]
         for cls, v in sorted(agg["class_sensitivity"].items())
     ]
+    if agg.get("all_audited"):
+        headline += [[f"{label}, every audited kernel", _int(agg["all_audited"][key]["kernels"]),
+                      _int(agg["all_audited"][key]["denominator"]), _frac(agg["all_audited"][key])]
+                     for key, label in (("floor", "Tolerance-free floor"), ("any_violation", "Any violation"))]
+    profiles = [[p, _frac(v["floor"]), _frac(v["floor_with_exc02"]), _frac(v["any_violation"]),
+                 _int(v["floor"]["denominator"])] for p, v in sorted(agg.get("by_profile", {}).items())]
     return [
         ("Denominator funnel", ["Stage", "Kernels"], funnel),
         ("Headline rates", ["Figure", "Kernels", "Denominator", "Rate"], headline),
+        *([("Per contract profile (one candidate run, graded under each)",
+            ["Profile", "Floor", "Floor with EXC-02", "Any violation", "Denominator"], profiles)]
+          if len(profiles) > 1 else []),
         ("Floor channels (a kernel may carry several)", ["Channel", "Kernels"], chans),
         ("Per operator class", ["Class", "Kernels", "Own floor", "Corpus floor without class"], classes),
     ]
