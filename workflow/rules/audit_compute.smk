@@ -209,3 +209,71 @@ rule audit_gpu_ingest:
         "logs/audit/gpu_ingest.log",
     shell:
         "{params.python} experiments/audit/ingest_h200.py {input.pack} --corpus {params.corpus} > {log} 2>&1"
+
+
+# The replication corpora on one GPU machine, a slice per call (experiments/audit/replicate_h200.py --slice,
+# lethe.audit.accumulate): the next kernels of the corpus that have no committed rows, built under a wall
+# budget, judged by KernelBench's own check and our replicas, audited under the three profiles. The ingest rule
+# adds the call's kernels to the committed results (--merge) and appends the call to runs.jsonl; rerun both for
+# the next slice (snakemake -f). Sizes come from config audit.replication_run.
+REPL_RUN = config["audit"].get("replication_run", {})
+
+
+rule audit_replication_run:
+    conda:
+        CONDA_ENV
+    input:
+        kb=config["corpora"]["kernelbench"],
+        raw=config["corpora"]["leaderboard"]["raw"],
+        driver="experiments/audit/replicate_h200.py",
+    output:
+        pack="cache/audit/replication/{corpus}/results.tar.gz",
+    wildcard_constraints:
+        corpus="|".join(config["audit"].get("replication", [])) or "__none__",
+    params:
+        run=lambda wc: f"cache/audit/replication/{wc.corpus}/run",
+        done=lambda wc: f"results/audit/{wc.corpus}/rows.parquet",
+        slice=REPL_RUN.get("slice", 90),
+        budget=REPL_RUN.get("build_budget_s", 560),
+        build_workers=REPL_RUN.get("build_workers", 14),
+        workers=REPL_RUN.get("workers", 8),
+        python=GPU_RUN_PY,
+    resources:
+        gpu=1,
+    log:
+        "logs/audit/replication_run_{corpus}.log",
+    shell:
+        "rm -rf {params.run} && {params.python} {input.driver} --run {params.run} --kb $(realpath {input.kb}) "
+        "--raw $(realpath {input.raw}) --corpus {wildcards.corpus} --slice {params.slice} --done {params.done} "
+        "--build-budget-s {params.budget} --build-workers {params.build_workers} --workers {params.workers} "
+        "--skip audit_killed,latency,mamba,sakana,trusted > {log} 2>&1; {params.python} {input.driver} "
+        "--run {params.run} --kb {input.kb} --raw {input.raw} --collect {output.pack} >> {log} 2>&1"
+
+
+rule audit_replication_ingest:
+    conda:
+        CONDA_ENV
+    input:
+        pack="cache/audit/replication/{corpus}/results.tar.gz",
+        kb=config["corpora"]["kernelbench"],
+        raw=config["corpora"]["leaderboard"]["raw"],
+    output:
+        touch("cache/audit/replication/{corpus}/ingested"),
+    wildcard_constraints:
+        corpus="|".join(config["audit"].get("replication", [])) or "__none__",
+    params:
+        # The candidate sources never travel back with the pack: the same corpus is materialised here to read
+        # the fast-math flags of the pre-registered test and to gather an audit that the lease cut short.
+        materialise=lambda wc, input: (
+            f"-m lethe.corpora.leaderboard materialise --out cache/audit/replication/leaderboard/sources "
+            f"--raw {input.raw} --kb {input.kb}" if wc.corpus == "leaderboard" else
+            f"-m lethe.corpora.{wc.corpus.replace('-', '_')} materialise --out cache/audit/replication/{wc.corpus}/sources"),
+        sources=lambda wc: f"cache/audit/replication/{wc.corpus}/sources" + ("" if wc.corpus == "leaderboard" else "/run"),
+        problems=lambda wc, input: input.kb if wc.corpus == "leaderboard" else f"cache/audit/replication/{wc.corpus}/sources/problems",
+        python=GPU_RUN_PY,
+    log:
+        "logs/audit/replication_ingest_{corpus}.log",
+    shell:
+        "{params.python} {params.materialise} > {log} 2>&1 && {params.python} experiments/audit/ingest_h200.py "
+        "{input.pack} --corpus {wildcards.corpus} --merge --run-commit $(git rev-parse --short HEAD) "
+        "--sources {params.sources} --kb {params.problems} >> {log} 2>&1"
