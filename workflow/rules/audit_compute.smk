@@ -268,7 +268,8 @@ rule audit_replication_ingest:
             f"-m lethe.corpora.leaderboard materialise --out cache/audit/replication/leaderboard/sources "
             f"--raw {input.raw} --kb {input.kb}" if wc.corpus == "leaderboard" else
             f"-m lethe.corpora.{wc.corpus.replace('-', '_')} materialise --out cache/audit/replication/{wc.corpus}/sources"),
-        sources=lambda wc: f"cache/audit/replication/{wc.corpus}/sources" + ("" if wc.corpus == "leaderboard" else "/run"),
+        sources=lambda wc: os.path.join(f"cache/audit/replication/{wc.corpus}/sources",
+                                        "" if wc.corpus == "leaderboard" else "run"),
         problems=lambda wc, input: input.kb if wc.corpus == "leaderboard" else f"cache/audit/replication/{wc.corpus}/sources/problems",
         python=GPU_RUN_PY,
     log:
