@@ -38,7 +38,9 @@ OPS = {"scan_fwd_kernel": "C1 forward_chunked_scan", "scan_bwd_kernel": "C2 back
        "mimo_bwd_kernel": "C3 mimo_backward", "cp_local_kernel": "C1 chunk-parallel: local scans",
        "cp_carry_kernel": "C1 chunk-parallel: carry", "cp_fix_kernel": "C1 chunk-parallel: fix-up",
        "rope_scan_fwd_kernel": "C4 complex_scan_rope", "block_fwd_kernel": "C5 fused_block_forward",
-       "block_bwd_kernel": "C6 fused_block_backward"}
+       "block_bwd_kernel": "C6 fused_block_backward", "norm_kernel": "C5 chunk-parallel: norm",
+       "norm_s_kernel": "C6 chunk-parallel: norm's s", "cp_adjoint_local_kernel": "C6 chunk-parallel: local adjoints",
+       "dx_kernel": "C6 chunk-parallel: dx"}
 
 
 def _mamba():
@@ -78,6 +80,11 @@ def record(batch: int, L: int, d: int, n: int, k: int = 4, chunk: int = 64, dtyp
         m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton",
                                exact_norm=False)
         m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, backend="triton")
+        # C5 / C6 chunk-parallel (float32 arithmetic from the saved state for C6, as its first call above)
+        m.fused_block_forward(x, w, bias, delta, A, B, C, D, nw, chunk=chunk, backend="triton",
+                              scan_mode="chunk_parallel")
+        m.fused_block_backward(x, w, bias, delta, A, B, C, D, nw, dy, chunk=chunk, saved=saved, backend="triton",
+                               exact_norm=False, scan_mode="chunk_parallel")
         H, P, N, S = rope
         m.complex_scan_rope(e(batch, L, H, P), e(batch, L, H), e(H), e(batch, L, H, N), e(batch, L, H, N),
                             e(batch, L, H, S), chunk=chunk, backend="triton")

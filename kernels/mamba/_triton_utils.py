@@ -32,3 +32,17 @@ def round_to(x, dtype: tl.constexpr):
         return tl.where(x != x, x, r).to(dtype)
     else:
         return x.to(dtype)
+
+
+@triton.jit
+def conv_window(x_ptr, xrow, t, offs_d, offs_k, mt, mk, wt, bias, DM, HAS_BIAS: tl.constexpr, CD: tl.constexpr):
+    """The fused block's causal depthwise conv at output step ``t`` for a channel block: the window of x rows
+    ``t .. t + K - 1`` (``[BLOCK_D, BLOCK_K]``; x carries its K - 1 history rows first, so output step t reads them
+    whatever chunk t falls in) and ``p_t = sum_j w_j x_{t+j} (+ c0)``. Returns ``(window, p)``: the backward needs
+    the window again for the weight's gradient. ``bias`` is not read without ``HAS_BIAS``."""
+    xw = tl.load(x_ptr + (xrow + t + offs_k[None, :]) * DM + offs_d[:, None], mask=mt[:, None] & mk[None, :],
+                 other=0.0).to(CD)
+    p = tl.sum(xw * wt, axis=1)
+    if HAS_BIAS:
+        p += bias
+    return xw, p

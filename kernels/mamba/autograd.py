@@ -54,28 +54,30 @@ class FusedBlockFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps, chunk, backend, num_warps,
-                block_d):
+                block_d, scan_mode):
         out, saved = fused_block_forward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps=eps,
                                          chunk=chunk, backend=backend, num_warps=num_warps, block_d=block_d,
-                                         return_saved=True)
+                                         return_saved=True, scan_mode=scan_mode)
         ctx.save_for_backward(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight)
         ctx.saved = saved
-        ctx.cfg = (eps, chunk, backend, num_warps, block_d)
+        ctx.cfg = (eps, chunk, backend, num_warps, block_d, scan_mode)
         return out
 
     @staticmethod
     def backward(ctx, dout):
-        eps, chunk, backend, num_warps, block_d = ctx.cfg
+        eps, chunk, backend, num_warps, block_d, scan_mode = ctx.cfg
         grads = fused_block_backward(*ctx.saved_tensors, dout, eps=eps, chunk=chunk, saved=ctx.saved,
-                                     backend=backend, num_warps=num_warps, block_d=block_d)
+                                     backend=backend, num_warps=num_warps, block_d=block_d, scan_mode=scan_mode)
         ctx.saved = None
-        return (*grads, None, None, None, None, None)
+        return (*grads, None, None, None, None, None, None)
 
 
 def fused_block(x, conv_weight, conv_bias, delta, A, B, C, D=None, norm_weight=None, eps: float = 1e-6,
-                chunk: int = 64, backend: str = "auto", num_warps: int = 4, block_d: int | None = None):
+                chunk: int = 64, backend: str = "auto", num_warps: int = 4, block_d: int | None = None,
+                scan_mode: str = "serial"):
     """The differentiable fused block (conv1d, SiLU, selective scan, RMSNorm); out ``[batch, L, d_model]`` in x's
-    dtype. ``backend="reference"`` is the float64 oracle itself."""
+    dtype. ``backend="reference"`` is the float64 oracle itself; ``scan_mode`` is the launch shape of both the
+    forward and the backward (``fused_block_forward``)."""
     check_block(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, "fused_block")
     backend = resolve_backend(backend, x)
     if backend == "reference":
@@ -83,7 +85,7 @@ def fused_block(x, conv_weight, conv_bias, delta, A, B, C, D=None, norm_weight=N
 
         return fused_block_ref(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps)
     return FusedBlockFunction.apply(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps, chunk, backend,
-                                    num_warps, block_d)
+                                    num_warps, block_d, scan_mode)
 
 
 class MimoScanFunction(torch.autograd.Function):

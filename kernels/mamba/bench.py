@@ -249,6 +249,18 @@ class Side:
     u_arith: Callable = field(default=lambda dt: eb.UNIT_ROUNDOFF[torch.float32 if dt != torch.float64 else dt])
     extra_rel: Callable = field(default=lambda dt: 0.0)
     slow: bool = False  # a Python loop over time: fewer timed iterations
+    # operations its summation order adds to the op's chain at a shape (the chunk-parallel forms' chunk decays)
+    extra_steps: Callable = field(default=lambda shape: 0)
+
+
+#: the chunk of the chunk-parallel sides (the choosers' default, passed explicitly so the bound's chunk is this one)
+CP_CHUNK = 64
+
+
+def _cp_extra(carries: int) -> Callable:
+    """extra_steps of a chunk-parallel side: ``carries`` times chunk_carry_steps at CP_CHUNK (once for a forward,
+    twice for the block's backward: its checkpoints and its adjoint carry)."""
+    return lambda shape: carries * eb.chunk_carry_steps(shape.get("seq_len", shape.get("l_out")), CP_CHUNK)
 
 
 def _m():
@@ -274,7 +286,7 @@ def sides(op: str, official: dict) -> dict[str, Side]:
     if op == "C1":
         S["ours_triton"] = Side(lambda x, _: (m.forward_chunked_scan(*scan_args(x), backend="triton"),))
         S["ours_triton_chunk_parallel"] = Side(lambda x, _: (m.forward_chunked_scan(
-            *scan_args(x), backend="triton", scan_mode="chunk_parallel"),))
+            *scan_args(x), chunk=CP_CHUNK, backend="triton", scan_mode="chunk_parallel"),), extra_steps=_cp_extra(1))
         S["torch_path"] = Side(lambda x, _: (m.forward_chunked_scan(*scan_args(x), backend="torch"),), slow=True)
         if have_scan:
             S["official_cuda"] = Side(lambda x, _: (official_scan(*scan_args(x)),))
@@ -312,6 +324,8 @@ def sides(op: str, official: dict) -> dict[str, Side]:
     elif op == "C5":
         a = lambda x: tuple(x[k] for k in blk)  # noqa: E731
         S["ours_triton"] = Side(lambda x, _: (m.fused_block_forward(*a(x), backend="triton"),))
+        S["ours_triton_chunk_parallel"] = Side(lambda x, _: (m.fused_block_forward(
+            *a(x), chunk=CP_CHUNK, backend="triton", scan_mode="chunk_parallel"),), extra_steps=_cp_extra(1))
         S["composed_ours_scan"] = Side(lambda x, _: (composed_block_forward(
             *a(x), scan=lambda *s: m.forward_chunked_scan(*s, backend="triton")),))
         S["torch_path"] = Side(lambda x, _: (m.fused_block_forward(*a(x), backend="torch"),), slow=True)
@@ -327,6 +341,15 @@ def sides(op: str, official: dict) -> dict[str, Side]:
             lambda x, saved: m.fused_block_backward(*a(x), x["dy"], saved=saved, backend="triton",
                                                     exact_norm=False),
             setup=lambda x: m.fused_block_forward(*a(x), backend="triton", return_saved=True)[1])
+        # the chunk-parallel launches, forward state from the chunk-parallel forward (untimed), both evaluations
+        cp = dict(chunk=CP_CHUNK, backend="triton", scan_mode="chunk_parallel")
+        cp_setup = lambda x: m.fused_block_forward(*a(x), return_saved=True, **cp)[1]  # noqa: E731
+        S["ours_triton_chunk_parallel"] = Side(
+            lambda x, saved: m.fused_block_backward(*a(x), x["dy"], saved=saved, **cp), setup=cp_setup,
+            u_arith=lambda dt: eb.UNIT_ROUNDOFF[torch.float64], extra_steps=_cp_extra(2))
+        S["ours_triton_chunk_parallel_f32_norm"] = Side(
+            lambda x, saved: m.fused_block_backward(*a(x), x["dy"], saved=saved, exact_norm=False, **cp),
+            setup=cp_setup, extra_steps=_cp_extra(2))
 
         def composed(scan):
             def setup(x):
@@ -439,7 +462,7 @@ def check(op: str, shape: dict, dtype: torch.dtype, x: dict, impls: dict[str, Si
                            "scale_rel": float(err.max() / b.double().abs().max().clamp_min(1e-300))}
         res["pairs"][name] = {"outputs": per, "pass": all(v["ratio"] <= 1.0 for v in per.values())}
 
-    bound_of = lambda side: (lambda s, v: side_bound(side, m, dtype, s, v))  # noqa: E731
+    bound_of = lambda side: (lambda s, v: side_bound(side, m + side.extra_steps(sh), dtype, s, v))  # noqa: E731
     for name, got in outs.items():
         if name != "ours_triton":
             compare(name, got, ours, bound_of(impls[name]), bound_of(impls["ours_triton"]))

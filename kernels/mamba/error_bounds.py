@@ -38,6 +38,26 @@ def scan_backward_steps(L: int, n: int, d: int) -> int:
     return 13 * L + n + d + 8
 
 
+def chunk_carry_steps(L: int, chunk: int) -> int:
+    """What the chunk-parallel order adds to a chain: ``n_chunks (c (c + 1) + 4)``, ``c = min(chunk, L)``.
+
+    Derivation. The chunk-parallel form replaces the per-step decays a term passes on its way from chunk j to a
+    later output by decays of whole chunk spans, ``exp(A s)`` with s a running sum of at most c positive steps
+    (the carry's ``exp(A S_c)``, the fix-up's ``exp(A sum_{chunk start..t} delta)``, the adjoint carry's alike).
+    s is summed with relative error at most gamma_{c-1} (positive terms) and A s rounded once more, so the exponent
+    is off by at most gamma_c |A s| <= gamma_c c, where |delta A| <= 1 per step (the regime of every bound here);
+    ``exp(z + e) = exp(z)(1 + theta)`` with ``|theta| <= exp(gamma_c c) - 1``, which c (c + 1) roundings cover for
+    c u small. The exp itself (2 ulp), the product by the carried state and the add make 4 more. A term crosses at
+    most n_chunks - 1 carries and one fix-up decay: n_chunks such applications. Added to the serial chain (whose
+    per-step decays the crossed chunks no longer use, so this overcounts); the magnitude recurrences stay valid
+    because the chunked form regroups the same terms exactly (a product of chunk decays is the product of their
+    steps' decays). The backward adds it twice: its forward state starts from the chunk-parallel checkpoints, and
+    its adjoint G from the reversed carry. The parameter gradients' per-chunk partials summed over (batch, chunk)
+    take at most min(c, L) + b n_chunks additions, within b L + c."""
+    c = min(chunk, L)
+    return -(-L // chunk) * (c * (c + 1) + 4)
+
+
 def block_forward_steps(L: int, n: int, d: int, k: int) -> int:
     """The fused forward's chain: the conv (k products and k adds, the bias: 2k + 1), SiLU (exp, add, divide,
     taken as 4), the scan (scan_forward_steps), the norm (the scaling of y by its row maximum, the d-term mean

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton_utils import accum_dtype, round_to, tl_dtype
+from .._triton_utils import accum_dtype, conv_window, round_to, tl_dtype
 
 
 @triton.jit
@@ -87,11 +87,17 @@ def scan_fwd(u, delta, A, B, C, D, chunk: int, num_warps: int = 4, block_d: int 
 
 
 @triton.jit
-def cp_local_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_ptr, dsum_ptr, L, DM, N,
+def cp_local_kernel(u_ptr, w_ptr, bias_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_ptr, dsum_ptr, L,
+                    DM, N, K: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_K: tl.constexpr,
                     HAS_D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
                     CD: tl.constexpr):
     """Chunk-parallel pass 1, grid (batch, d-blocks, chunks): each chunk's scan from a zero state -- its local
-    outputs, its end state and the sum of its steps (the chunk's decay is exp(A times that sum))."""
+    outputs, its end state and the sum of its steps (the chunk's decay is exp(A times that sum)).
+
+    ``K = 0``: the scan's input is ``u`` itself (C1). ``K > 0``: ``u_ptr`` is the fused block's x
+    ``[batch, L + K - 1, d_model]`` and the input is made on the fly, silu of the causal conv with weight ``w``
+    ``[d_model, K]`` (and bias), exactly as the fused forward's serial kernel makes it (C5); a chunk's first steps
+    read the K - 1 rows before it, which is what makes the conv chunk-local."""
     pid_b = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1)
     c = tl.program_id(2)
@@ -105,6 +111,16 @@ def cp_local_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_pt
     a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
     if HAS_D:
         dskip = tl.load(d_ptr + offs_d, mask=md, other=0.0).to(CD)
+    if K > 0:
+        offs_k = tl.arange(0, BLOCK_K)
+        mk = offs_k < K
+        wt = tl.load(w_ptr + offs_d[:, None] * K + offs_k[None, :], mask=md[:, None] & mk[None, :],
+                     other=0.0).to(CD)
+        if HAS_BIAS:
+            bias = tl.load(bias_ptr + offs_d, mask=md, other=0.0).to(CD)
+        else:
+            bias = tl.zeros([BLOCK_D], dtype=CD)  # not read (conv_window's HAS_BIAS)
+        xrow = pid_b * (L + K - 1)
     h = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
     s = tl.zeros([BLOCK_D], dtype=CD)
     row = pid_b * L
@@ -112,7 +128,11 @@ def cp_local_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_pt
         t = c * CHUNK + i
         ok = t < L
         mt = md & ok
-        u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
+        if K > 0:
+            _, p = conv_window(u_ptr, xrow, t, offs_d, offs_k, mt, mk, wt, bias, DM, HAS_BIAS, CD)
+            u_t = p / (1.0 + tl.exp(-p))
+        else:
+            u_t = tl.load(u_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
         dt_t = tl.load(dt_ptr + (row + t) * DM + offs_d, mask=mt, other=0.0).to(CD)
         b_t = tl.load(b_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
         c_t = tl.load(c_ptr + (row + t) * N + offs_n, mask=mn & ok, other=0.0).to(CD)
@@ -129,9 +149,13 @@ def cp_local_kernel(u_ptr, dt_ptr, a_ptr, b_ptr, c_ptr, d_ptr, yloc_ptr, hend_pt
 
 @triton.jit
 def cp_carry_kernel(a_ptr, hend_ptr, dsum_ptr, ckpt_ptr, hlast_ptr, DM, N, N_CHUNKS: tl.constexpr,
-                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CD: tl.constexpr):
+                    BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CD: tl.constexpr, REVERSE: tl.constexpr):
     """Chunk-parallel pass 2, grid (batch, d-blocks): the carry across chunks, H_c = exp(A S_c) H_{c-1} + the
-    chunk's local end state; stores each chunk's start state (the checkpoints) and the last state."""
+    chunk's local end state; stores each chunk's start state (the checkpoints) and the last state.
+
+    ``REVERSE``: the same recurrence from the last chunk to the first, for an adjoint that runs backwards in time
+    (the fused backward's G: there ``hend`` is a chunk's local adjoint after its first step and each stored value
+    is the adjoint entering the chunk from its right)."""
     pid_b = tl.program_id(0).to(tl.int64)
     pid_d = tl.program_id(1)
     offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -141,7 +165,11 @@ def cp_carry_kernel(a_ptr, hend_ptr, dsum_ptr, ckpt_ptr, hlast_ptr, DM, N, N_CHU
     dn = offs_d[:, None] * N + offs_n[None, :]
     a = tl.load(a_ptr + dn, mask=m2, other=0.0).to(CD)
     H = tl.zeros([BLOCK_D, BLOCK_N], dtype=CD)
-    for c in range(0, N_CHUNKS):
+    for cc in range(0, N_CHUNKS):
+        if REVERSE:
+            c = N_CHUNKS - 1 - cc
+        else:
+            c = cc
         base = pid_b * N_CHUNKS + c
         tl.store(ckpt_ptr + base * DM * N + dn, H, mask=m2)
         s = tl.load(dsum_ptr + base * DM + offs_d, mask=md, other=0.0)
@@ -198,11 +226,11 @@ def scan_fwd_chunk_parallel(u, delta, A, B, C, D, chunk: int, num_warps: int = 4
     hlast = torch.empty(b, d, n, **acc)
     y = torch.empty_like(u)
     cd = tl_dtype(accum_dtype(u))
-    cp_local_kernel[(b, n_dblk, n_chunks)](u, delta, A, B, C, D if D is not None else u, yloc, hend, dsum, L, d, n,
-                                           HAS_D=D is not None, CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn, CD=cd,
-                                           num_warps=num_warps)
+    cp_local_kernel[(b, n_dblk, n_chunks)](u, u, u, delta, A, B, C, D if D is not None else u, yloc, hend, dsum, L,
+                                           d, n, K=0, HAS_BIAS=False, BLOCK_K=1, HAS_D=D is not None, CHUNK=chunk,
+                                           BLOCK_D=bd, BLOCK_N=bn, CD=cd, num_warps=num_warps)
     cp_carry_kernel[(b, n_dblk)](A, hend, dsum, ckpt, hlast, d, n, N_CHUNKS=n_chunks, BLOCK_D=bd, BLOCK_N=bn, CD=cd,
-                                 num_warps=num_warps)
+                                 REVERSE=False, num_warps=num_warps)
     cp_fix_kernel[(b, n_dblk, n_chunks)](delta, A, C, yloc, ckpt, y, L, d, n, CHUNK=chunk, BLOCK_D=bd, BLOCK_N=bn,
                                          CD=cd, num_warps=num_warps)
     return y, ckpt, hlast

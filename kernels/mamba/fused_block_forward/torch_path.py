@@ -6,12 +6,13 @@ from __future__ import annotations
 import torch
 
 from .._common import compute_dtype, conv_weight_2d
-from ..forward_chunked_scan.torch_path import scan_fwd
+from ..forward_chunked_scan.torch_path import scan_fwd, scan_fwd_chunk_parallel
 
 
-def block_fwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps: float, chunk: int):
+def block_fwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps: float, chunk: int,
+              scan_mode: str = "serial"):
     """Returns ``(out in x's dtype, saved)``: saved holds y (pre-norm) and rstd in the compute dtype and the scan
-    checkpoints, what the backward reuses."""
+    checkpoints, what the backward reuses. ``scan_mode`` picks C1's torch form of the scan."""
     cd = compute_dtype(x)
     w = conv_weight_2d(conv_weight, "fused_block_forward").to(cd)
     k = w.shape[1]
@@ -21,7 +22,8 @@ def block_fwd(x, conv_weight, conv_bias, delta, A, B, C, D, norm_weight, eps: fl
     if conv_bias is not None:
         p = p + conv_bias.to(cd)
     v = p * torch.sigmoid(p)
-    y, ckpt, _ = scan_fwd(v, delta.to(cd), A.to(cd), B.to(cd), C.to(cd), None if D is None else D.to(cd), chunk)
+    scan = scan_fwd if scan_mode == "serial" else scan_fwd_chunk_parallel
+    y, ckpt, _ = scan(v, delta.to(cd), A.to(cd), B.to(cd), C.to(cd), None if D is None else D.to(cd), chunk)
     if norm_weight is None:
         return y.to(x.dtype), dict(y=y, rstd=None, ckpt=ckpt)
     # y scaled by max(max|y|, 1) before squaring, as the Triton kernel: y^2 overflows float32 long before r does

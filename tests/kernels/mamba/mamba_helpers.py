@@ -13,6 +13,7 @@ from lethe.kernels.mamba.error_bounds import (  # noqa: F401  (re-exported for t
     UNIT_ROUNDOFF,
     block_backward_steps,
     block_forward_steps,
+    chunk_carry_steps,
     gamma,
     scan_backward_steps,
     scan_forward_steps,

@@ -10,7 +10,15 @@ from lethe.kernels.mamba.fused_block_backward.reference import (
     fused_block_grads_ref,
 )
 from lethe.kernels.mamba.fused_block_forward.reference import fused_block_ref
-from mamba_helpers import UNIT_ROUNDOFF, assert_within, block_backward_steps, f64, gamma, make_block_inputs
+from mamba_helpers import (
+    UNIT_ROUNDOFF,
+    assert_within,
+    block_backward_steps,
+    chunk_carry_steps,
+    f64,
+    gamma,
+    make_block_inputs,
+)
 
 SHAPES = [(2, 9, 5, 3, 4, 4, 2), (1, 1, 3, 4, 4, 4, None), (1, 6, 4, 2, 3, 16, 4)]
 
@@ -19,14 +27,17 @@ def _dout(b, L, d, dtype=torch.float64, seed=3):
     return torch.randn(b, L, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64).to(dtype)
 
 
-def _check(got, ins, dout, b, L, n, d, k, dtype):
+def _check(got, ins, dout, b, L, n, d, k, dtype, cp_chunk=None):
     """Every gradient within gamma_m(u_arith) S + u_out |ref|: m from block_backward_steps, S the magnitude
-    backward, u_out the stored gradient's rounding (0 when it is stored at the arithmetic's precision)."""
+    backward, u_out the stored gradient's rounding (0 when it is stored at the arithmetic's precision).
+    ``cp_chunk``: the chunk-parallel order at that chunk, whose m adds chunk_carry_steps twice (the forward's
+    checkpoints and the adjoint's carry; lethe.kernels.mamba.error_bounds)."""
     ref = fused_block_grads_ref(*f64(*ins, dout))
     mag = fused_block_grads_magnitude(*f64(*ins, dout))
     u_arith = UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32]
     u_out = 0.0 if dtype in (torch.float32, torch.float64) else UNIT_ROUNDOFF[dtype]
-    g = gamma(block_backward_steps(b, L, n, d, k), u_arith)
+    m = block_backward_steps(b, L, n, d, k) + (0 if cp_chunk is None else 2 * chunk_carry_steps(L, cp_chunk))
+    g = gamma(m, u_arith)
     for name, a, r, m, inp in zip(GRAD_NAMES, got, ref, mag, ins, strict=True):
         if inp is None:
             assert a is None, name
@@ -219,3 +230,80 @@ def test_exact_norm_applies_to_the_torch_path_and_keeps_the_autograd_wiring():
     fused_block(*leaves, chunk=4, backend="torch").backward(dout)
     for name, t, r in zip(GRAD_NAMES, leaves, got, strict=True):
         assert torch.equal(t.grad, r), name
+
+
+# as the forward's: L not a multiple of the chunk over channel blocks with a partial one; chunk 1; chunk >= L
+CP_SHAPES = [(2, 9, 5, 3, 4, 4, 2), (1, 6, 4, 2, 3, 1, 4), (1, 5, 3, 4, 4, 16, None)]
+
+
+@pytest.mark.parametrize("shape", CP_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("with_norm", [True, False], ids=["norm", "no_norm"])
+@pytest.mark.slow
+def test_chunk_parallel_matches_autograd_of_oracle(shape, dtype, with_norm):
+    """scan_mode="chunk_parallel" (its forward's checkpoints, the chunks' local adjoints, the reversed carry, the
+    per-(block, chunk) gradients, dx) against autograd through the oracle, all nine gradients, within the
+    chunk-parallel bound; float32 with float32 arithmetic (exact_norm=False), where the kernels' own rounding is
+    what is measured."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k, dtype=dtype, with_norm=with_norm)
+    dout = _dout(b, L, d, dtype)
+    got = fused_block_backward(*ins, dout, chunk=chunk, backend="triton", block_d=block_d, exact_norm=False,
+                               scan_mode="chunk_parallel")
+    _check(got, ins, dout, b, L, n, d, k, dtype, cp_chunk=chunk)
+
+
+@pytest.mark.parametrize("shape", CP_SHAPES)
+@pytest.mark.slow
+def test_chunk_parallel_matches_serial(shape):
+    """Both launch shapes on float32 inputs (coherent draw, float32 arithmetic) agree gradient by gradient within
+    the sum of their bounds, and the sum is small against the gradients (median below 1%) where L > 1, so a wrong
+    carry would show."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32, coherent=True)
+    dout = _dout(b, L, d, torch.float32)
+    got = {mode: fused_block_backward(*ins, dout, chunk=chunk, backend="triton", block_d=block_d, exact_norm=False,
+                                      scan_mode=mode) for mode in ("serial", "chunk_parallel")}
+    ref = fused_block_grads_ref(*f64(*ins, dout))
+    mag = fused_block_grads_magnitude(*f64(*ins, dout))
+    u = UNIT_ROUNDOFF[torch.float32]
+    g = (gamma(block_backward_steps(b, L, n, d, k), u)
+         + gamma(block_backward_steps(b, L, n, d, k) + 2 * chunk_carry_steps(L, chunk), u))
+    for name, a, s_, r, m in zip(GRAD_NAMES, got["chunk_parallel"], got["serial"], ref, mag, strict=True):
+        assert_within(name, a, s_, g * m)
+        assert float((g * m / r.abs()).median()) < 1e-2, name
+
+
+def test_chunk_parallel_autograd_wiring_and_default_call():
+    """fused_block(scan_mode="chunk_parallel") returns exactly the direct chunk-parallel backward's gradients (the
+    same saved forward state), and the default call (exact_norm: the float64 evaluation, its forward rerun in the
+    same mode) is within the float32 bound of every gradient."""
+    b, L, d, n, k, chunk = 1, 6, 3, 2, 4, 4
+    ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32)
+    dout = _dout(b, L, d, torch.float32)
+    leaves = [t.clone().requires_grad_(True) for t in ins]
+    fused_block(*leaves, chunk=chunk, backend="triton", scan_mode="chunk_parallel").backward(dout)
+    direct = fused_block_backward(*ins, dout, chunk=chunk, backend="triton", scan_mode="chunk_parallel")
+    for name, t, r in zip(GRAD_NAMES, leaves, direct, strict=True):
+        assert torch.equal(t.grad, r), name
+    _check(direct, ins, dout, b, L, n, d, k, torch.float32, cp_chunk=chunk)
+    with pytest.raises(ValueError, match="scan_mode must be one of"):
+        fused_block_backward(*ins, dout, backend="triton", scan_mode="auto")
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy under the interpreter warns on inf arithmetic
+def test_chunk_parallel_non_finite_pattern():
+    """The non-finite case above through the chunk-parallel launches: an infinite state carried across chunks into
+    the fix-up and the gradient programs must give the oracle's classes element by element."""
+    ins = list(make_block_inputs(1, 9, 4, 3, 4, coherent=True, with_norm=False))
+    x = ins[0].clone()
+    x[0, 5, 2] = float("inf")
+    ins[0] = x
+    dout = _dout(1, 9, 4).abs()
+    ref = fused_block_grads_ref(*ins, dout)
+    assert torch.isposinf(ref[4]).any()
+    got = fused_block_backward(*(t if t is None else t.float() for t in ins), dout.float(), chunk=4,
+                               backend="triton", scan_mode="chunk_parallel")
+    for name, a, r in zip(GRAD_NAMES, got, ref, strict=True):
+        if r is not None:
+            assert torch.equal(_classes(a), _classes(r)), name

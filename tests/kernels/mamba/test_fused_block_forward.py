@@ -10,7 +10,16 @@ from lethe.kernels.mamba.fused_block_forward.reference import (
     fused_block_magnitude,
     fused_block_ref,
 )
-from mamba_helpers import UNIT_ROUNDOFF, assert_within, block_forward_steps, f64, gamma, make_block_inputs
+from lethe.kernels.mamba.forward_chunked_scan.reference import selective_scan_ref
+from mamba_helpers import (
+    UNIT_ROUNDOFF,
+    assert_within,
+    block_forward_steps,
+    chunk_carry_steps,
+    f64,
+    gamma,
+    make_block_inputs,
+)
 
 SHAPES = [  # (batch, L, d_model, N, K, chunk, block_d)
     (2, 9, 5, 3, 4, 4, 2),
@@ -35,11 +44,14 @@ def test_oracle_norm_is_torch_rms_norm():
     assert torch.allclose(out, want, rtol=0, atol=1e-14)
 
 
-def _bound(ins, L, n, d, k, dtype, ref):
+def _bound(ins, L, n, d, k, dtype, ref, cp_chunk=None):
+    """gamma_m(u_arith) OUT + u_out |ref|; ``cp_chunk``: the chunk-parallel order at that chunk, whose m adds
+    chunk_carry_steps (its derivation in lethe.kernels.mamba.error_bounds)."""
     M = fused_block_magnitude(*f64(*ins))
     u_arith = UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32]
     u_out = 0.0 if dtype in (torch.float32, torch.float64) else UNIT_ROUNDOFF[dtype]
-    return gamma(block_forward_steps(L, n, d, k), u_arith) * M["OUT"] + u_out * ref.abs()
+    m = block_forward_steps(L, n, d, k) + (0 if cp_chunk is None else chunk_carry_steps(L, cp_chunk))
+    return gamma(m, u_arith) * M["OUT"] + u_out * ref.abs()
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -129,3 +141,65 @@ def test_norm_of_a_huge_y_does_not_overflow():
     ref = fused_block_forward(*ins, backend="reference")
     assert float(ref.abs().max()) < 10 and torch.isfinite(got).all()
     assert_within("out", got, ref, _bound(ins, 6, 3, 4, 4, torch.float32, ref))
+
+
+# (batch, L, d_model, N, K, chunk, block_d): L not a multiple of the chunk over two channel blocks with a partial
+# one; chunk 1 (every step its own chunk: the carry does the whole scan); chunk >= L (one chunk: no carry)
+CP_SHAPES = [(2, 9, 5, 3, 4, 4, 2), (1, 6, 4, 2, 3, 1, 4), (1, 5, 3, 4, 4, 16, None)]
+
+
+@pytest.mark.parametrize("shape", CP_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("with_norm", [True, False], ids=["norm", "no_norm"])
+def test_chunk_parallel_matches_oracle(shape, dtype, with_norm):
+    """scan_mode="chunk_parallel" (local scans with the conv made in them, the carry, the fix-up, the norm launch)
+    against the oracle within its derived bound: the output, and the saved state the backward reads -- the
+    checkpoints against the oracle's states before each chunk (gamma_m times the magnitude states H), the pre-norm
+    y and r against the oracle's. Float64 checks the algebra to float64 accuracy, float32 the kernels' arithmetic."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k, dtype=dtype, with_norm=with_norm)
+    out, saved = fused_block_forward(*ins, chunk=chunk, backend="triton", block_d=block_d,
+                                     scan_mode="chunk_parallel", return_saved=True)
+    ref, parts = fused_block_ref(*f64(*ins), return_parts=True)
+    assert out.dtype == dtype and out.shape == (b, L, d)
+    assert_within("out", out, ref, _bound(ins, L, n, d, k, dtype, ref, cp_chunk=chunk))
+    M = fused_block_magnitude(*f64(*ins))
+    u_arith = UNIT_ROUNDOFF[torch.float64 if dtype == torch.float64 else torch.float32]
+    g = gamma(block_forward_steps(L, n, d, k) + chunk_carry_steps(L, chunk), u_arith)
+    x, w, bias, delta, A, B, C, D, nw = f64(*ins)
+    _, hs = selective_scan_ref(parts["v"], delta, A, B, C, D, return_states=True)
+    before = lambda h: torch.cat([torch.zeros_like(h[:, :1]), h[:, :-1]], 1)[:, ::chunk]  # noqa: E731
+    assert saved["ckpt"].shape == (b, -(-L // chunk), d, n)
+    assert_within("checkpoints", saved["ckpt"], before(hs), g * before(M["H"]))
+    if with_norm:
+        assert_within("y", saved["y"], parts["y"], g * M["Y"])
+        assert_within("rstd", saved["rstd"], parts["rstd"][..., 0], g * M["R"][..., 0])
+    else:
+        assert saved["y"] is None and saved["rstd"] is None
+
+
+@pytest.mark.parametrize("shape", CP_SHAPES)
+def test_chunk_parallel_matches_serial(shape):
+    """Both launch shapes on the same float32 inputs (coherent draw) agree within the sum of their bounds, and that
+    sum is small against the output (median below 1e-3), so a difference in the chunked algebra would show."""
+    b, L, d, n, k, chunk, block_d = shape
+    ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32, coherent=True)
+    got = {mode: fused_block_forward(*ins, chunk=chunk, backend="triton", block_d=block_d, scan_mode=mode)
+           for mode in ("serial", "chunk_parallel")}
+    ref = fused_block_forward(*ins, backend="reference")
+    bound = (_bound(ins, L, n, d, k, torch.float32, ref) + _bound(ins, L, n, d, k, torch.float32, ref, chunk))
+    assert_within("chunk_parallel vs serial", got["chunk_parallel"], got["serial"], bound)
+    assert float((bound / ref.abs()).median()) < 1e-3
+
+
+def test_chunk_parallel_torch_path_and_unknown_mode():
+    """The torch path takes the same mode (C1's chunk-parallel torch form inside), within the same bound; a mode
+    other than the two -- "auto" included, which has no rule for the block -- is refused."""
+    b, L, d, n, k, chunk = 2, 9, 5, 3, 4, 4
+    ins = make_block_inputs(b, L, d, n, k, dtype=torch.float32)
+    ref = fused_block_forward(*ins, backend="reference")
+    got = fused_block_forward(*ins, chunk=chunk, backend="torch", scan_mode="chunk_parallel")
+    assert_within("out", got, ref, _bound(ins, L, n, d, k, torch.float32, ref, cp_chunk=chunk))
+    for mode in ("auto", "parallel"):
+        with pytest.raises(ValueError, match="scan_mode must be one of"):
+            fused_block_forward(*ins, backend="triton", scan_mode=mode)

@@ -21,7 +21,7 @@ print(json.dumps(triton_aot.run((2, 70, 10, 5), rope=(3, 5, 9, 3))))
 
 @pytest.mark.slow
 def test_every_kernel_compiles_for_hopper_and_blackwell_without_tensor_memory_or_mma():
-    """The paper's availability claim, checked where it comes from: none of the kernels (the six ops and C1's chunk-parallel form) uses tl.dot, so each
+    """The paper's availability claim, checked where it comes from: none of the kernels (the six ops and the chunk-parallel forms of C1, C5 and C6) uses tl.dot, so each
     compiles at num_warps 2, 4 and 8 for both sm_90a and sm_100a, needs zero tensor-memory columns, contains no
     MMA instruction (wgmma, tcgen05.mma, mma.sync) and fits the targets' register and shared-memory limits --
     whereas a kernel whose MMA accumulators need more than 512 TMEM columns fails on sm_100a (state-spaces/mamba
@@ -35,7 +35,8 @@ def test_every_kernel_compiles_for_hopper_and_blackwell_without_tensor_memory_or
     doc = json.loads(res.stdout.strip().splitlines()[-1])
     seen = {(r["kernel"], r["target"], r["num_warps"]) for r in doc["rows"]}
     kernels = {"scan_fwd_kernel", "scan_bwd_kernel", "mimo_bwd_kernel", "rope_scan_fwd_kernel", "block_fwd_kernel",
-               "block_bwd_kernel", "cp_local_kernel", "cp_carry_kernel", "cp_fix_kernel"}
+               "block_bwd_kernel", "cp_local_kernel", "cp_carry_kernel", "cp_fix_kernel", "norm_kernel", "norm_s_kernel",
+               "cp_adjoint_local_kernel", "dx_kernel"}
     assert seen == {(k, t, w) for k in kernels for t in ("sm_90a", "sm_100a") for w in (2, 4, 8)}
     for r in doc["rows"]:
         where = f"{r['kernel']} {r['target']} num_warps={r['num_warps']}"

@@ -144,3 +144,18 @@ def test_backward_sides_return_every_gradient(op):
     grads = side.run(x, side.setup(x))
     assert len(grads) == len(bench.magnitudes(op, x))
     assert all(g is not None and math.isfinite(float(g.abs().max())) for g in grads)
+
+
+@pytest.mark.parametrize("op", ["C5", "C6"])
+@pytest.mark.slow
+def test_block_chunk_parallel_sides_pass_the_check(op):
+    """C5 / C6 carry their chunk-parallel launches as sides of their own (timed beside the serial one), checked
+    against ours and the float64 oracle with the chunked order's bound; at a sequence longer than the bench's
+    chunk, so the carry between chunks is part of what is checked."""
+    shape = dict(batch=1, l_out=bench.CP_CHUNK + 5, d_model=4, n_state=2, conv_k=4)
+    x = bench.make_inputs(op, shape, torch.float32, "cpu")
+    impls = {k: v for k, v in bench.sides(op, {}).items() if k == "ours_triton" or "chunk_parallel" in k}
+    assert len(impls) == (2 if op == "C5" else 3)
+    res = bench.check(op, shape, torch.float32, x, impls, oracle=True)
+    assert res["pass"], res
+    assert all(side.extra_steps(shape) > 0 for name, side in impls.items() if name != "ours_triton")

@@ -41,13 +41,16 @@ def test_rotary_scan():
     assert torch.equal(_classes(got), _classes(ref))
 
 
-def test_fused_block_without_norm():
-    """A +inf in x of a sign-coherent block without the norm: +inf in every later output of that channel."""
+@pytest.mark.parametrize("scan_mode", ["serial", "chunk_parallel"])
+def test_fused_block_without_norm(scan_mode):
+    """A +inf in x of a sign-coherent block without the norm: +inf in every later output of that channel (in the
+    chunk-parallel form, carried across chunks into the fix-up)."""
     ins = list(make_block_inputs(1, 9, 4, 3, 4, coherent=True, with_norm=False))
     x = ins[0].clone()
     x[0, 5, 2] = float("inf")
     ins[0] = x
     ref = fused_block_forward(*ins, backend="reference")
     assert torch.isposinf(ref).any()
-    got = fused_block_forward(*(t if t is None else t.float() for t in ins), chunk=4, backend="triton")
+    got = fused_block_forward(*(t if t is None else t.float() for t in ins), chunk=4, backend="triton",
+                              scan_mode=scan_mode)
     assert torch.equal(_classes(got), _classes(ref))
