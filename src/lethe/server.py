@@ -333,6 +333,8 @@ def request(path: Path, req: dict, *, response_timeout_s: float) -> dict:
             raise ServerError(f"no server on {path}: {type(exc).__name__}") from None
         except socket.timeout:
             raise ServerError(f"the server on {path} did not accept within {CONNECT_TIMEOUT_S:g} s") from None
+        except OSError as exc:
+            raise ServerError(f"cannot connect to {path}: {type(exc).__name__}: {exc}") from None
         # The sources go only to a server of our own uid (the kernel's record of who listens).
         if peer_uid(sock) != os.getuid():
             raise ServerError(f"the server on {path} runs as uid {peer_uid(sock)}, not {os.getuid()}")
@@ -359,9 +361,10 @@ def start_detached(path: Path, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> subp
     the caller (until its idle exit)."""
     private_dir(path.parent)
     log = open(path.with_name(path.name + ".log"), "ab")
+    env = {k: v for k, v in os.environ.items() if k not in ("LETHE_SERVER", "LETHE_SERVER_TIMEOUT")}
     try:
         return subprocess.Popen([sys.executable, "-m", "lethe.cli", "serve", "--socket", str(path),
-                                 "--idle-exit", str(idle_exit_s)],
+                                 "--idle-exit", str(idle_exit_s)], env=env,
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
     finally:
         log.close()
