@@ -371,18 +371,15 @@ def start_detached(path: Path, idle_exit_s: float = DEFAULT_IDLE_EXIT_S) -> subp
 
 
 def wait_listening(path: Path, proc: subprocess.Popen | None, timeout_s: float = START_TIMEOUT_S) -> bool:
-    """Whether something accepts connections on ``path`` within ``timeout_s`` (False at once if ``proc``
+    """Whether a server on ``path`` answers a status request within ``timeout_s`` (False at once if ``proc``
     exits first, e.g. because another server won the race: then the caller simply tries that one)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            s.connect(str(path))
+            request(path, {"op": "status"}, response_timeout_s=CONNECT_TIMEOUT_S)
             return True
-        except OSError:
+        except ServerError:
             pass
-        finally:
-            s.close()
         if proc is not None and proc.poll() is not None:
             return False
         time.sleep(0.1)
