@@ -97,26 +97,73 @@ def write_rows_locked(out: str | os.PathLike[str], rows: list[dict], *, append: 
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from lethe.sandbox.runner import warm_up
+    server = _server_socket(args)
+    if server is None:
+        from lethe.sandbox.runner import warm_up
 
-    # The sandbox's zygotes import torch while this process reads the sources; this process never imports it (it
-    # grades in a process forked from the CPU zygote: grade_isolated). The CPU zygote serves the reference on the
-    # CPU, a Triton candidate's ahead-of-time pass and the grading; when the device is known without importing
-    # torch, the candidate's is started too, which a reference on CUDA shares (same preload and environment).
-    warm_up("cpu")
-    guess = args.device if args.device != "auto" else ("cuda" if os.path.exists("/dev/nvidiactl") else "cpu")
-    if guess != "cpu":
-        warm_up(guess, {"TRITON_INTERPRET": None})
-    from lethe.verifier import api
-    from lethe.verifier.report import human_summary
-    from lethe.verifier.verdict import Verdict
-
+        # The sandbox's zygotes import torch while this process reads the sources; this process never imports it
+        # (it grades in a process forked from the CPU zygote: grade_isolated). The CPU zygote serves the reference
+        # on the CPU, a Triton candidate's ahead-of-time pass and the grading; when the device is known without
+        # importing torch, the candidate's is started too, which a reference on CUDA shares (same preload and
+        # environment).
+        warm_up("cpu")
+        guess = args.device if args.device != "auto" else ("cuda" if os.path.exists("/dev/nvidiactl") else "cpu")
+        if guess != "cpu":
+            warm_up(guess, {"TRITON_INTERPRET": None})
     ref_src = _read("verify", "reference", args.ref)
     if isinstance(ref_src, int):
         return ref_src
     cand_src = _read("verify", "candidate", args.cand)
     if isinstance(cand_src, int):
         return cand_src
+    if server is not None:
+        from lethe import server as S
+
+        try:
+            ans = S.verify_via_server(server, args, ref_src, cand_src)
+            code, out, err, row = ans["code"], ans["stdout"], ans["stderr"], ans["row"]
+        except S.ServerError as exc:
+            if not str(exc).startswith("no server"):
+                from lethe.verifier.verdict import EXIT_HARNESS
+
+                _fail("verify", str(exc))
+                return EXIT_HARNESS
+            # The server could not be started: verifying here gives the same answer, only slower.
+            print(f"lethe verify: {exc}; verifying without the server", file=sys.stderr)
+            code, out, err, row = verify_sources(args, ref_src, cand_src)
+    else:
+        code, out, err, row = verify_sources(args, ref_src, cand_src)
+    sys.stdout.write(out)
+    sys.stderr.write(err)
+    if args.out and row is not None:
+        try:
+            write_rows_locked(args.out, [row], append=args.append)
+        except Exception as exc:  # noqa: BLE001 - the verdict is printed; say why it was not stored
+            return _fail("verify", f"could not write {args.out}: {type(exc).__name__}: {exc}")
+    return code
+
+
+def _server_socket(args: argparse.Namespace) -> Path | None:
+    """The server socket this verification goes to (``--server``, or ``LETHE_SERVER`` set to anything but
+    ``0``/empty), or None to verify in this process."""
+    from lethe import server as S
+
+    env = os.environ.get("LETHE_SERVER", "").strip()
+    if getattr(args, "server", False):
+        return S.socket_path(env if env.lower() not in ("", "0", "no", "false", "off") else None)
+    if env and env.lower() not in ("0", "no", "false", "off"):
+        return S.socket_path(env)
+    return None
+
+
+def verify_sources(args: argparse.Namespace, ref_src: str, cand_src: str) -> tuple[int, str, str, dict | None]:
+    """Verify decoded sources under the parsed ``lethe verify`` options: (exit code, stdout text, stderr
+    text, the row or None). The one body of ``lethe verify``, run by the CLI process or by ``lethe serve``,
+    so that both print the same bytes and give the same row."""
+    from lethe.verifier import api
+    from lethe.verifier.report import escape, human_summary
+    from lethe.verifier.verdict import EXIT_USAGE, Verdict
+
     gates = None
     if args.gates:
         from lethe.verifier.battery import GATE_IDS
@@ -124,7 +171,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
         gates = [g.strip().upper() for g in args.gates.split(",") if g.strip()]
         unknown = [g for g in gates if g not in GATE_IDS]
         if unknown:
-            return _fail("verify", f"unknown gate(s) {', '.join(unknown)}; gates are {', '.join(GATE_IDS)}")
+            msg = f"unknown gate(s) {', '.join(unknown)}; gates are {', '.join(GATE_IDS)}"
+            return EXIT_USAGE, "", f"lethe verify: {escape(msg)}\n", None
     kw = dict(profile=args.profile, device=args.device, seed=args.seed, timeout_s=args.timeout,
               kernel_id=args.id or default_id(args.cand, cand_src), corpus=args.corpus,
               ref_timeout_s=args.ref_timeout, ref_memory_mb=args.ref_memory_mb,
@@ -132,7 +180,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
               sources={"ref_path": str(Path(args.ref)), "cand_path": str(Path(args.cand))})
     if args.tiered:
         if gates:
-            return _fail("verify", "--tiered and --gates exclude each other (the tiers choose the gates)")
+            msg = "--tiered and --gates exclude each other (the tiers choose the gates)"
+            return EXIT_USAGE, "", f"lethe verify: {escape(msg)}\n", None
         from lethe.verifier.tiers import verify_tiered
 
         row, _decided = verify_tiered(ref_src, cand_src, **kw)
@@ -140,15 +189,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
         row = api.verify(ref_src, cand_src, only_gates=gates, **kw)
     v = Verdict.from_row(row)
     if args.json:
-        print(json.dumps(v.to_json(), sort_keys=True))
+        out = json.dumps(v.to_json(), sort_keys=True)
     else:
-        print(human_summary(row, v.verdict, rows_path=args.out or None))
-    if args.out:
-        try:
-            write_rows_locked(args.out, [row], append=args.append)
-        except Exception as exc:  # noqa: BLE001 - the verdict is printed; say why it was not stored
-            return _fail("verify", f"could not write {args.out}: {type(exc).__name__}: {exc}")
-    return v.exit_code
+        out = human_summary(row, v.verdict, rows_path=args.out or None)
+    return v.exit_code, out + "\n", "", row
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from lethe import server as S
+
+    return S.run_server(S.socket_path(args.socket or None), args.idle_exit)
 
 
 def default_id(cand_path: str, cand_src: str) -> str:
@@ -200,6 +250,7 @@ def api_default(name: str):
 
 def build_parser() -> argparse.ArgumentParser:
     from lethe import __version__
+    from lethe import server as server_defaults
     from lethe.verifier.battery import GATE_IDS
     from lethe.verifier.profiles import PROFILES
     from lethe.verifier.verdict import EXIT_CODES
@@ -232,7 +283,17 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--out", default="", help="write the verdict row to this parquet file")
     v.add_argument("--append", action="store_true",
                    help="with --out: append to an existing file (atomic; safe for concurrent runs)")
+    v.add_argument("--server", action="store_true",
+                   help="verify in a warm `lethe serve` (started if none runs; LETHE_SERVER=1 or =SOCKET "
+                        "does the same); prints what verifying here would")
     v.set_defaults(func=cmd_verify)
+
+    s = sub.add_parser("serve", help="a warm verifier for `lethe verify --server` (docs/sandbox.md)")
+    s.add_argument("--socket", default="", help="socket path (default: $XDG_RUNTIME_DIR/lethe/serve.sock, "
+                                                "else /tmp/lethe-<uid>/serve.sock)")
+    s.add_argument("--idle-exit", type=float, default=server_defaults.DEFAULT_IDLE_EXIT_S,
+                   help="exit after this many seconds without a request (default %(default)g)")
+    s.set_defaults(func=cmd_serve)
 
     r = sub.add_parser("replay", help="re-run one gate of one recorded row from its seed")
     r.add_argument("rows", help="parquet file of verdict rows (lethe.verdict/1 or /2)")
