@@ -41,4 +41,5 @@ def test_committed_checks_match_the_experiment():
     for name in ("l2norm_underflow", "nan_ignoring_max", "nan_dropping_relu", "bf16_weight_double_rounding"):
         assert got[name] == C._plain(getattr(C, name)()), name
     for key in ("battery_cpu L2/12:gemm_kblocked_leaky", "battery_cpu L3/1:mlp_split_k"):
-        assert got[key]["as_is"]["status"] == "fail" and got[key]["worker_reloads_in_float32"]["status"] == "pass"
+        # run with the fixed worker: the two correct kernels pass PRC-02's bracketed bf16 rows
+        assert got[key]["status"] == "pass" and all(v["status"] == "pass" for v in got[key]["probes"].values())

@@ -35,4 +35,23 @@ def float32_fingerprint() -> str:
     h = hashlib.sha256()
     for o in outs:
         h.update(o.detach().contiguous().numpy().tobytes())
+    # The BLAS picks its kernels by the instruction sets it finds, per shape: two machines can agree on every
+    # product above and still differ at a shape a golden case uses (a probe's batch of 4,099 rows, say), so the
+    # instruction sets it dispatches on are part of the arithmetic too.
+    h.update(repr(dispatch_isa()).encode())
     return h.hexdigest()
+
+
+def dispatch_isa() -> tuple[str, tuple[str, ...]]:
+    """torch's CPU capability level and the x86 vector/matrix extensions the BLAS kernels dispatch on."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    keep = tuple(sorted(f for f in flags if f.startswith(("avx", "amx", "fma")) or f in ("f16c",)))
+    return torch.backends.cpu.get_cpu_capability(), keep

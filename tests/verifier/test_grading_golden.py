@@ -22,11 +22,14 @@ tolerance.py as of commit 9ac1eb9). It was rewritten when issue #23 changed tole
 statuses were compared with the old ones: every status equal except ORD-03 of ``matmul_half_accumulator``
 (fail -> pass: fed fp32, its total is an fp32 serial total, which is now within the bound; it still fails its
 PRC-02) and ``rowsum_sequential``, whose red-team candidate now keeps its total in fp16 (fails every value gate).
+When the candidate worker stopped rounding bfloat16 weights through float16 (a verifier bug: PRC-02 false fails
+of correct kernels, found by the hand-audit), every status stayed as it was; this machine's evidence file was
+written from that code.
 
 Machines. The verdict statuses are one set for every machine: ``golden/grading_rows.json`` holds them, and every
 machine is held to them gate by gate. The evidence bits also depend on the machine's float32 arithmetic (its BLAS
-above all: the candidates call torch.matmul), so the exact comparison is made against rows written with the same
-arithmetic: the main file where this machine's ``platform_probe.float32_fingerprint()`` is the one recorded in
+above all: the candidates call torch.matmul, whose kernels are chosen by the instruction sets the CPU has, so the
+fingerprint includes those), so the exact comparison is made against rows written with the same arithmetic: the main file where this machine's ``platform_probe.float32_fingerprint()`` is the one recorded in
 ``golden/grading_rows.fingerprint`` (the main file's own), else ``golden/grading_rows.<fingerprint>.json`` where one
 exists (``LETHE_WRITE_GOLDEN=1`` writes that file, after the statuses are checked against the main file;
 ``LETHE_WRITE_GOLDEN=reference`` rewrites the main file and its fingerprint). A machine with neither checks the
