@@ -115,6 +115,25 @@ def test_double_forked_daemon_dies_with_the_namespace(init):
     assert survivors([int(pid)]) == []
 
 
+def _enter_in_child(script: str, env: dict[str, str] | None = None) -> dict:
+    """Run ``script`` (which calls isolation.enter with a leased uid and a run directory, then prints its report
+    as the last line) in a fresh interpreter; return that report."""
+    lease = isolation.UidLease()
+    uid = lease.acquire()
+    run_dir = Path(tempfile.mkdtemp(prefix="lethe-pidns-test-"))
+    try:
+        isolation.give_to(uid, [run_dir])
+        proc = subprocess.run([sys.executable, "-c", script, str(uid), str(run_dir)], capture_output=True,
+                              text=True, timeout=60, cwd=run_dir,
+                              env=dict(os.environ, PYTHONPATH=SRC, **(env or {})))
+    finally:
+        lease.release()
+        isolation.give_back(run_dir, 0, 0)
+        subprocess.run(["rm", "-rf", str(run_dir)], check=False)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
 # isolation.enter in a process whose kernel refuses CLONE_NEWPID (simulated) but grants everything else.
 _REFUSED = textwrap.dedent("""
     import ctypes, errno, json, os, sys
@@ -137,19 +156,7 @@ _REFUSED = textwrap.dedent("""
 
 
 def test_a_refused_pid_namespace_degrades_and_says_so():
-    lease = isolation.UidLease()
-    uid = lease.acquire()
-    run_dir = Path(tempfile.mkdtemp(prefix="lethe-pidns-test-"))
-    try:
-        isolation.give_to(uid, [run_dir])
-        proc = subprocess.run([sys.executable, "-c", _REFUSED, str(uid), str(run_dir)], capture_output=True,
-                              text=True, timeout=60, env=dict(os.environ, PYTHONPATH=SRC), cwd=run_dir)
-    finally:
-        lease.release()
-        isolation.give_back(run_dir, 0, 0)
-        subprocess.run(["rm", "-rf", str(run_dir)], check=False)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.splitlines()[-1])
+    report = _enter_in_child(_REFUSED)
     # Everything else applied: tamper-proof, with the sentence that does not claim a pid namespace.
     assert (report["isolation"], report["tamper_proof"]) == (isolation.FULL_WITHOUT_PID_NAMESPACE, True), report
     assert "pid namespace" not in report["applied"] and "CLONE_NEWPID" in report["pid_namespace"], report
@@ -171,19 +178,6 @@ def test_the_pid_namespace_can_be_switched_off_and_the_row_says_so(monkeypatch):
     monkeypatch.setenv(isolation.PID_NAMESPACE_ENV, "off")
     assert isolation.make_pid_namespace() is None  # the zygote's path: no namespace made, nothing unshared
     monkeypatch.delenv(isolation.PID_NAMESPACE_ENV)
-    lease = isolation.UidLease()
-    uid = lease.acquire()
-    run_dir = Path(tempfile.mkdtemp(prefix="lethe-pidns-test-"))
-    try:
-        isolation.give_to(uid, [run_dir])
-        proc = subprocess.run([sys.executable, "-c", _SWITCHED_OFF, str(uid), str(run_dir)], capture_output=True,
-                              text=True, timeout=60, cwd=run_dir,
-                              env=dict(os.environ, PYTHONPATH=SRC, **{isolation.PID_NAMESPACE_ENV: "off"}))
-    finally:
-        lease.release()
-        isolation.give_back(run_dir, 0, 0)
-        subprocess.run(["rm", "-rf", str(run_dir)], check=False)
-    assert proc.returncode == 0, proc.stderr
-    report = json.loads(proc.stdout.splitlines()[-1])
+    report = _enter_in_child(_SWITCHED_OFF, {isolation.PID_NAMESPACE_ENV: "off"})
     assert (report["isolation"], report["tamper_proof"]) == (isolation.FULL_WITHOUT_PID_NAMESPACE, True), report
     assert "switched off" in report["pid_namespace"] and report["pidns"] == _own_pidns(), report

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -70,7 +71,12 @@ def union_lines(old: Iterable[Mapping[str, Any]], new: Iterable[Mapping[str, Any
 
 
 def write_lines(path: str | Path, lines: Iterable[Mapping[str, Any]]) -> None:
-    Path(path).write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines), encoding="utf-8")
+    """JSON lines written whole or not at all (a temporary file renamed over the old one): an ingest that dies
+    half-way leaves the committed union as it was."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in lines), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
