@@ -103,16 +103,22 @@ def mixed_run(lb: Path, kb: str, out: Path, n_cuda: int, n_self: int) -> dict:
     return origin
 
 
-def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str]) -> list[str]:
-    """A KernelBench run folder with the next ``n`` leaderboard kernels not yet committed
-    (lethe.audit.accumulate.next_slice)."""
+def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str], backends: set[str] | None = None) -> list[str]:
+    """A KernelBench run folder with the next ``n`` kernels not yet committed (lethe.audit.accumulate.next_slice);
+    with ``backends``, only kernels whose detected backend (the corpus manifest's ``backend_detected``) is one of
+    them: a Triton slice needs no extension build."""
     import shutil
 
     from lethe.audit.accumulate import next_slice
     from lethe.audit.batch import discover
 
     out.mkdir(parents=True, exist_ok=True)
-    todo = next_slice(discover(str(lb), kernelbench=kb), n, done)
+    items = discover(str(lb), kernelbench=kb)
+    if backends:
+        with open(lb / "manifest.jsonl", encoding="utf-8") as fh:
+            detected = {e["id"]: e.get("backend_detected") for e in map(json.loads, fh)}
+        items = [it for it in items if detected.get(it["id"]) in backends]
+    todo = next_slice(items, n, done)
     for it in todo:
         shutil.copy(it["cand_path"], out / Path(it["cand_path"]).name)
     return [it["id"] for it in todo]
@@ -150,6 +156,9 @@ def main(argv=None) -> int:
                     help="audit the next this many leaderboard kernels (SHA-256-of-id order) not in --done")
     ap.add_argument("--corpus", default="leaderboard",
                     help="with --slice: leaderboard, or a KernelBench-runs corpus (hzeng-backends, ...)")
+    ap.add_argument("--corpus-src", default="",
+                    help="with a KernelBench-runs --corpus: a hand-supplied checkout at its pinned commit")
+    ap.add_argument("--backends", default="", help="with --slice: only kernels of these detected backends (comma-separated)")
     ap.add_argument("--done", default="", help="committed rows.parquet whose kernel ids --slice skips")
     ap.add_argument("--build-budget-s", type=float, default=0.0,
                     help="no extension build starts after this many seconds; kernels left unbuilt wait for the next call")
@@ -175,13 +184,14 @@ def main(argv=None) -> int:
     if a.corpus != "leaderboard":  # a corpus of KernelBench runs (lethe.corpora.kbruns): its own problem files
         src = run / "src"
         step(run, "materialise_corpus", [py, "-m", f"lethe.corpora.{a.corpus.replace('-', '_')}", "materialise",
-                                         "--out", str(src)])
+                                         "--out", str(src)] + (["--src", a.corpus_src] if a.corpus_src else []))
         lb, problems = src / "run", str(src / "problems")
     target = lb
     if a.slice:
         target = run / "slice"
         if "slice" not in _state(run):
-            ids = slice_run(lb, problems, target, a.slice, A.audited_ids(a.done))
+            ids = slice_run(lb, problems, target, a.slice, A.audited_ids(a.done),
+                            set(filter(None, a.backends.split(","))) or None)
             state = _state(run)
             state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(A.audited_ids(a.done))}
             _save(run, state)

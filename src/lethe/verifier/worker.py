@@ -84,9 +84,33 @@ def _tensor_facts(outs: list[torch.Tensor], xs: list, model: torch.nn.Module) ->
     }
 
 
+def ieee_fp32_libraries() -> dict:
+    """Make the vendor libraries the candidate calls compute float32 as float32 (no TF32) and say how they are set.
+
+    torch's CUDA default lets cuDNN convolutions round their float32 operands to TF32 (10-bit mantissa), a
+    property of the process, not of the kernel under test: with it, a candidate that calls a stock convolution
+    (and KernelBench's own reference code) fails CMP-01 against the float64 reference under every profile, a
+    false fail of correct code. The probes therefore run with TF32 off for cuDNN and cuBLAS and the float32
+    matmul precision at "highest"; a candidate that asks for TF32 itself (its own MMA code, or setting the flags
+    in its source) is still judged for what it computes. On the CPU these settings change nothing.
+    """
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
+    return library_fp32_state()
+
+
+def library_fp32_state() -> dict:
+    """The float32 library settings in force (recorded after the probes: a candidate may have changed them)."""
+    return {"cudnn_allow_tf32": bool(torch.backends.cudnn.allow_tf32),
+            "matmul_allow_tf32": bool(torch.backends.cuda.matmul.allow_tf32),
+            "float32_matmul_precision": torch.get_float32_matmul_precision()}
+
+
 def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
     """Sandbox entry point; see the module docstring."""
     torch.set_num_threads(1)
+    ieee_fp32_libraries()
     device = payload.get("device", "cpu")
     seed = int(payload["seed"])
     out: dict[str, np.ndarray] = {}
@@ -177,6 +201,7 @@ def run_candidate(payload: dict, arrays: dict, workdir) -> tuple[dict, dict]:
         "probes": results,
         "resources": resources,
         "interpret": interpret,
+        "library_fp32": library_fp32_state(),
         "extensions": extensions.report(),
     }, out
 
