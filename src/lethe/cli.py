@@ -273,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--ref-memory-mb", type=int, default=api_default("REF_MEMORY_MB"),
                    help="float64 reference memory budget in MB (default %(default)d)")
     v.add_argument("--reference-device", default="auto", choices=list(api_default("REFERENCE_DEVICES")),
-                   help="where the float64 reference runs (auto: on CUDA when the candidate does, else the CPU)")
+                   help="where the float64 reference runs (auto: the CPU; cuda: the GPU, for a CUDA verification only)")
     v.add_argument("--id", default="", help="row id (default: candidate file stem + 12 hex digits of its SHA-256)")
     v.add_argument("--gates", default="", help="comma-separated gate ids to run (default: all twelve)")
     v.add_argument("--tiered", action="store_true",

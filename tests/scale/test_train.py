@@ -162,3 +162,24 @@ def test_checkpoint_every_few_seconds(tmp_path, corpus, monkeypatch):
     train(TINY, TrainConfig(**{**CFG.to_dict(), "ckpt_every": 1000, "ckpt_every_s": 0.0, "betas": CFG.betas}),
           corpus, tmp_path, path="torch")
     assert saved == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_failed_checkpoint_stops_the_run_and_keeps_its_record(tmp_path, corpus, monkeypatch):
+    import lethe.scale.train as tr
+
+    real = tr.torch.save
+
+    def full_disk(obj, f, *a, **k):
+        real({"partial": True}, f)  # a half-written temporary file, as a full disk leaves it
+        raise RuntimeError("unexpected pos 4451555648 vs 4451555548")
+
+    monkeypatch.setattr(tr.torch, "save", full_disk)
+    res = train(TINY, TrainConfig(**{**CFG.to_dict(), "ckpt_every": 2, "betas": CFG.betas}), corpus, tmp_path,
+                path="torch")
+    assert res["status"] == "checkpoint_failed" and res["step"] == 2
+    assert "unexpected pos" in res["checkpoint_error"]["error"]
+    assert json.loads((tmp_path / "run.json").read_text())["status"] == "checkpoint_failed"
+    assert (tmp_path / "dispatch_proof.json").exists()
+    assert not list(tmp_path.glob("*.tmp"))
+    assert rows(tmp_path, "checkpoint_error")[0]["step"] == 2
+    assert len(rows(tmp_path)) == 2

@@ -120,9 +120,16 @@ def _atomic_json(path: Path, obj) -> None:
 
 
 def save_checkpoint(path: Path, model, opt, step: int, extra: dict) -> None:
-    """Model, optimiser and step to ``path`` through a temporary file and a rename (never half written)."""
+    """Model, optimiser and step to ``path`` through a temporary file and a rename (never half written).
+
+    A failed write (a full disk: the 1.1e9-parameter checkpoint is ~13 GB) removes its temporary file, so the
+    space it took is free for the run's own records, and re-raises."""
     tmp = path.with_name(path.name + ".tmp")
-    torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, **extra}, tmp)
+    try:
+        torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, **extra}, tmp)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
 
 
@@ -215,7 +222,8 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
     """Train (or resume) a run in ``out_dir`` (module docstring); returns ``run.json``'s content.
 
     ``status``: ``"done"`` (``cfg.steps`` reached), ``"stopped"`` (``stop_after`` reached), ``"budget"``
-    (``time_budget_s`` spent), ``"nonfinite"`` (see ``stop.json``). ``model_hook(model)`` runs once after the
+    (``time_budget_s`` spent), ``"nonfinite"`` (see ``stop.json``), ``"checkpoint_failed"`` (a checkpoint could not
+    be written: ``checkpoint_error``; the log, the dispatch proof and ``run.json`` are still written). ``model_hook(model)`` runs once after the
     model is built (tests use it to inject faults). ``ckpt_dir`` (default ``out_dir``) holds ``checkpoint.pt``:
     at 1.1e9 parameters it is ~13 GB with AdamW's moments, too large to travel with a device call's results.
 
@@ -262,7 +270,7 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
             "resumed_from": start,
             "corpus": {k: v for k, v in corpus.manifest.items() if k != "files"}}
     t_start = t_ckpt = time.monotonic()
-    step, status, stop = start, "done", None
+    step, status, stop, ckpt_error = start, "done", None, None
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     with log_path.open("a") if writer else contextlib.nullcontext() as log:
@@ -307,14 +315,23 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
             halt = cfg.stop_after is not None and step >= cfg.stop_after
             if writer and (step % cfg.ckpt_every == 0 or now - t_ckpt >= cfg.ckpt_every_s or halt or over_budget
                            or step == cfg.steps):
-                save_checkpoint(ckpt_path, model, opt, step, extra)
+                try:
+                    save_checkpoint(ckpt_path, model, opt, step, extra)
+                except (OSError, RuntimeError) as exc:
+                    # The steps trained are real and logged; what is lost is only the ability to resume from
+                    # here. Stop and say so rather than lose the run record (dispatch proof, run.json) too.
+                    ckpt_error = {"step": step, "error": f"{type(exc).__name__}: {exc}"[:500]}
+                    emit({"kind": "checkpoint_error", **ckpt_error})
                 t_ckpt = now
+            if _any_rank(ckpt_error is not None, world, device):
+                status = "checkpoint_failed"
+                break
             if halt or over_budget:
                 status = "stopped" if halt else "budget"
                 break
     if stop is not None:
         status = "nonfinite"
-    result = {**info, "status": status, "step": step, "stop": stop}
+    result = {**info, "status": status, "step": step, "stop": stop, "checkpoint_error": ckpt_error}
     if writer:
         if stop is not None:
             _atomic_json(out / "stop.json", stop)

@@ -58,16 +58,16 @@ def resolve_device(device: str) -> str:
 REFERENCE_DEVICES = ("auto", "cpu", "cuda")
 
 
-# The GPU reference has not yet computed a reference on the H200 (its sandboxed child stopped before the first
-# probe, so every CUDA verification paid a failed GPU attempt and then the CPU reference): "auto" keeps the CPU
-# and "cuda" is opt-in until that path has run there.
+# The GPU reference computes on the H200 (its GPU tests pass there, and an audit ran level-2 problems with it),
+# but the trusted corpus has not been re-verified with it: until it has, "auto" keeps the CPU reference whose
+# specificity is measured, and "cuda" is opt-in.
 AUTO_REFERENCE_DEVICE_ON_CUDA = "cpu"
 
 
 def resolve_reference_device(reference_device: str, device: str) -> str:
     """Where the float64 reference runs for a verification on ``device`` (already resolved): "auto" is the CPU
-    (AUTO_REFERENCE_DEVICE_ON_CUDA says what it is for a CUDA verification: the GPU reference is opt-in until a
-    run on the H200 has shown it computes there, docs/verifier.md); "cuda" for a CPU verification is refused,
+    (AUTO_REFERENCE_DEVICE_ON_CUDA says what it is for a CUDA verification: the GPU reference is opt-in until the
+    trusted corpus has been verified with it, docs/verifier.md); "cuda" for a CPU verification is refused,
     since nothing says a GPU may be used."""
     if reference_device not in REFERENCE_DEVICES:
         raise ValueError(f"reference_device must be one of {REFERENCE_DEVICES}, got {reference_device!r}")
