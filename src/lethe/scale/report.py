@@ -17,36 +17,32 @@ from pathlib import Path
 PAPER_RUN = "paper: 1.1e9-parameter Mamba-1 stack on PTB-XL, 8x B200 DDP, fp32, 2,000 steps"
 
 
-def _log_rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def _train_and_val(run_dir: Path) -> tuple[list[dict], list[dict]]:
+    rows = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["kind"] == "train"], [r for r in rows if r["kind"] == "val"]
 
 
 def summarise(run_dir: str | Path) -> dict:
     """One record of a run folder: parameters, steps trained, train/validation loss at the first and last
     validation, median step time and tokens/s (first two steps left out: Triton compilation and autotuning),
-    peak memory, the reference check, the dispatch proof and the run's outcome."""
+    peak memory, the reference check and the dispatch proof of its checked steps, and the run's outcome
+    (``run.json``'s status, or ``"cut"`` when the trainer never closed its segment)."""
     run_dir = Path(run_dir)
-    rows = _log_rows(run_dir / "log.jsonl")
-    train = [r for r in rows if r["kind"] == "train"]
-    val = [r for r in rows if r["kind"] == "val"]
+    train, val = _train_and_val(run_dir)
     if not train:
         raise ValueError(f"{run_dir}/log.jsonl has no train rows")
     ref = json.loads((run_dir / "reference_check.json").read_text())
     prov = json.loads((run_dir / "provenance.json").read_text())
     run = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else None
-    proof_path = run_dir / "dispatch_proof.json"
     steady = train[2:] or train
     return {
         "run": prov.get("run", run_dir.name),
         "mixer": ref["model_cfg"].get("mixer"),
         "parameters": prov["parameters"],
         "steps": train[-1]["step"],
-        "tokens_per_step": ref["train_cfg"]["batch_size"] * ref["train_cfg"]["seq_len"] if "train_cfg" in ref else None,
         "first_val": val[0] if val else None,
         "last_val": val[-1] if val else None,
         "val_falling": bool(len(val) >= 2 and all(b["loss"] < a["loss"] for a, b in zip(val, val[1:]))),
-        "first_train_loss": train[0]["loss"],
-        "last_train_loss": train[-1]["loss"],
         "median_step_s": statistics.median(r["seconds"] for r in steady),
         "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
         "peak_memory_gib": max(r["peak_memory_bytes"] for r in train) / 2**30,
@@ -55,14 +51,16 @@ def summarise(run_dir: str | Path) -> dict:
         "max_grad_norm_rel": ref["max_grad_norm_rel"],
         "dispatch_checked": bool(ref["dispatch"]["all_dispatched"]),
         "dispatch_backends": ref["dispatch"]["kernel_backends"],
-        "dispatch_run": (json.loads(proof_path.read_text()) if proof_path.exists() else None),
         "status": run["status"] if run else "cut",
         "outcome": prov.get("outcome", ""),
-        "device": prov["device"],
+        # the standard provenance block (lethe.provenance) plus what the run adds: precision, dataset, outcome
+        "gpu": prov["gpu"],
+        "driver": prov.get("driver"),
         "precision": prov["precision"],
         "dataset": prov["dataset"],
-        "versions": prov["versions"],
-        "commit": prov["commit"],
+        "torch": prov["torch"],
+        "triton": prov["triton"],
+        "git_sha": prov["git_sha"],
     }
 
 
@@ -92,18 +90,16 @@ def render(run_dir: str | Path, md_path, tex_path, fig_dir, fig_stem: str = "sca
                f"kernels for {s['steps']} steps on one H200; validation loss "
                + ("falls" if s["val_falling"] else "does not fall monotonically") + " over the run.")
     notes = [
-        f"Differs from the {PAPER_RUN}: {s['dataset']}; one GPU ({s['device']}); {s['precision']}; "
+        f"Differs from the {PAPER_RUN}: {s['dataset']}; one GPU ({s['gpu']}, driver {s['driver']}); {s['precision']}; "
         f"{s['steps']} steps, not 2,000 (device time: 30 minutes per session, 10 per call).",
         f"Run outcome: {s['outcome']}.",
         "Step time and tokens/s: median over steps 3 onwards. Ref. path: the same model through the torch "
         "reference path and through our kernels for the first steps (fp32), largest relative difference; "
         "Our kernels: every block's forward and backward went through our autograd Function on the checked steps.",
-        f"torch {s['versions']['torch']}, triton {s['versions']['triton']}, commit {s['commit'][:12]}.",
+        f"torch {s['torch']}, triton {s['triton']}, commit {s['git_sha'][:12]}.",
     ]
     render_table(table_rows(s), COLUMNS, caption, "tab:scale", md_path, tex_path, notes=notes)
-    rows = _log_rows(Path(run_dir) / "log.jsonl")
-    train = [r for r in rows if r["kind"] == "train"]
-    val = [r for r in rows if r["kind"] == "val"]
+    train, val = _train_and_val(Path(run_dir))
     with style():
         fig, ax = new_figure()
         ax.plot([r["step"] for r in train], [r["loss"] for r in train], label="train (per step)")

@@ -223,9 +223,10 @@ def train(model_cfg: ModelConfig, cfg: TrainConfig, corpus: ByteCorpus, out_dir,
 
     ``status``: ``"done"`` (``cfg.steps`` reached), ``"stopped"`` (``stop_after`` reached), ``"budget"``
     (``time_budget_s`` spent), ``"nonfinite"`` (see ``stop.json``), ``"checkpoint_failed"`` (a checkpoint could not
-    be written: ``checkpoint_error``; the log, the dispatch proof and ``run.json`` are still written). ``model_hook(model)`` runs once after the
-    model is built (tests use it to inject faults). ``ckpt_dir`` (default ``out_dir``) holds ``checkpoint.pt``:
-    at 1.1e9 parameters it is ~13 GB with AdamW's moments, too large to travel with a device call's results.
+    be written: ``checkpoint_error``; the log, the dispatch proof and ``run.json`` are still written).
+    ``model_hook(model)`` runs once after the model is built (tests use it to inject faults). ``ckpt_dir``
+    (default ``out_dir``) holds ``checkpoint.pt``: at 1.1e9 parameters it is ~13 GB with AdamW's moments, too
+    large to travel with a device call's results.
 
     Under an initialised ``torch.distributed`` process group (torchrun; gloo on the CPU, nccl on GPUs) the model is
     wrapped in DistributedDataParallel: a step's global batch is ``batch_size * world_size`` windows (the batch a
