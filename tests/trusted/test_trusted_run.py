@@ -20,7 +20,7 @@ class Calls:
         self.reference = 0
         self.verify = 0
 
-    def run_reference(self, ref_src, seed, *, timeout_s, memory_mb, interpret):
+    def run_reference(self, ref_src, seed, *, timeout_s, memory_mb, interpret, device="cpu"):
         self.reference += 1
         self.ref_args = {"timeout_s": timeout_s, "memory_mb": memory_mb, "interpret": interpret}
         ok = self.ref_status == "ok"
@@ -188,3 +188,96 @@ def test_only_items_restricts_items_and_members_and_refuses_unknown_ids():
     assert [i["id"] for i in sub["items"]] == ["L2/b"] and [m["id"] for m in sub["members"]] == ["L2/b"]
     with pytest.raises(ValueError):
         only_items(corpus, ["L2/typo"])
+
+
+def test_shard_items_keeps_problems_together_and_covers_the_corpus_once():
+    items = [{"id": f"L1/{i}_{k}", "reference": f"ref {i}", "candidate": f"{k} {i}"} for i in range(5)
+             for k in ("self", "hand")]
+    corpus = {"items": items, "members": [{"id": it["id"]} for it in items]}
+    shares = [TR.shard_items(corpus, i, 3) for i in range(3)]
+    ids = [it["id"] for sh in shares for it in sh["items"]]
+    assert sorted(ids) == sorted(it["id"] for it in items) and len(ids) == len(set(ids))
+    for sh in shares:
+        refs = {it["reference"] for it in sh["items"]}
+        assert all(it["reference"] not in refs for other in shares if other is not sh for it in other["items"])
+        assert [m["id"] for m in sh["members"]] == [it["id"] for it in sh["items"]]
+    assert [it["id"] for it in shares[0]["items"]] == ["L1/0_self", "L1/0_hand", "L1/3_self", "L1/3_hand"]
+    import pytest
+
+    with pytest.raises(ValueError):
+        TR.shard_items(corpus, 3, 3)
+
+
+def test_merge_checkpoints_adds_only_new_lines(tmp_path):
+    main, a, b = tmp_path / "ck", tmp_path / "a", tmp_path / "b"
+    old = {"id": "x", "profile": "strict", "status": "gated"}
+    main.write_text(json.dumps(old) + "\n")
+    a.write_text(json.dumps(old) + "\n" + json.dumps({**old, "id": "y"}) + "\n")
+    b.write_text(json.dumps(old) + "\n" + json.dumps({**old, "id": "z"}) + "\n")
+    assert TR.merge_checkpoints(main, [a, b]) == 2
+    assert [r["id"] for r in read_checkpoint(main)] == ["x", "y", "z"]
+
+
+def test_parallel_workers_verify_each_kernel_once_and_a_resumed_run_redoes_nothing(tmp_path):
+    """--workers N: N processes on disjoint shares with their own checkpoints, folded into the main one; the
+    folded checkpoint is what the collection step and the next run read. The processes are simulated here by
+    running each worker's share in this process with the fake verifier."""
+    corpus = _corpus(5)
+    seen = []
+
+    def verify(**kw):
+        seen.append(kw["kernel_id"])
+        return fake_verify(**kw)
+
+    class FakePopen:
+        def __init__(self, cmd):
+            arg = {cmd[i]: cmd[i + 1] for i in range(len(cmd) - 1) if cmd[i].startswith("--")}
+            idx, cnt = (int(x) for x in arg["--shard"].split("/"))
+            TR.run(TR.shard_items(corpus, idx, cnt), arg["--out"], checkpoint=arg["--checkpoint"],
+                   profiles=PROFILES, device="cpu", seed=1, budget_s=5, verify_fn=verify, log=lambda m: None)
+
+        def wait(self):
+            return 0
+
+    ck, out = tmp_path / "ck.jsonl", tmp_path / "out"
+    stopped, started = TR.run_parallel(["--device", "cpu"], workers=2, checkpoint=ck, out=out, log=lambda m: None,
+                                       popen=FakePopen)
+    assert stopped is False and sorted(seen) == sorted([it["id"] for it in corpus["items"]] * 3)
+    s = TR.run(corpus, out, checkpoint=ck, profiles=PROFILES, device="cpu", seed=1, budget_s=5, verify_fn=verify,
+               log=lambda m: None, collect_only=True, stopped_early=stopped, started=started)
+    assert s["by_kind"]["self"]["attempted"] == 5 and s["run"]["kernels_run_this_call"] == started
+    assert len(R.read_rows(out / "rows.parquet")) == 15
+    assert not list(tmp_path.glob("ck.jsonl.worker*")) and not list(out.glob(".worker*"))
+    from lethe.audit.shard import read_attempts
+
+    marks = read_attempts(ck)
+    assert len(marks) == 15 and set(marks.values()) == {1}, marks
+    seen.clear()
+    assert TR.run_parallel([], workers=3, checkpoint=ck, out=out, log=lambda m: None, popen=FakePopen)[0] is False
+    assert seen == []
+
+
+def test_worker_files_of_a_killed_run_are_folded_before_the_next_run(tmp_path):
+    """A parallel run killed outright leaves its worker checkpoints; the next run folds them in first, so their
+    rows are kept and not redone."""
+    ck = tmp_path / "ck.jsonl"
+    row = {"id": "x", "profile": "strict", "status": "gated"}
+    (tmp_path / "ck.jsonl.worker0of2").write_text(json.dumps(row) + "\n")
+    (tmp_path / "ck.jsonl.worker0of2.seed").write_text("0")
+    (tmp_path / "ck.jsonl.worker0of2.attempts").write_text(json.dumps({"key": "k1"}) + "\n")
+    (tmp_path / "ck.jsonl.workerish").write_text("not a worker file\n")
+
+    class Done:
+        def __init__(self, cmd):
+            pass
+
+        def wait(self):
+            return 0
+
+    TR.run_parallel([], workers=2, checkpoint=ck, out=tmp_path / "out", log=lambda m: None, popen=Done)
+    assert read_checkpoint(ck) == [row]
+    from lethe.audit.shard import read_attempts
+
+    assert read_attempts(ck) == {"k1": 1}
+    assert (tmp_path / "ck.jsonl.workerish").exists()
+    assert not list(tmp_path.glob("ck.jsonl.worker?of*"))

@@ -123,3 +123,42 @@ def test_budget_reaches_the_reference_sandbox(kw):
     assert (opts["timeout_s"], opts["memory_mb"]) == (want_t, want_m)
     assert budget == {"timeout_s": want_t, "memory_mb": want_m}
     assert row["status"] == "ref_broken" and "stop here" in row["error"]
+
+
+def test_candidate_result_cap_admits_what_the_reference_plan_admits():
+    """The candidate's result file may be as large as the reference's (its outputs have the reference's shapes
+    in at most 8-byte elements): a smaller cap charged a correct kernel of a large problem as a crash."""
+    from lethe.verifier import battery
+
+    seen = {}
+    real = api._sandbox()
+
+    def runner(target, payload=None, arrays=None, **opts):
+        seen[target] = opts
+        return real(target, payload=payload, arrays=arrays, **opts)
+
+    api._REF_CACHE.clear()
+    row = api.verify(K.SCALE_REF, K.as_candidate(K.SCALE_REF), device="cpu", runner=runner)
+    assert row["status"] == "gated", row.get("error")
+    ref_cap = seen["lethe.verifier.reference:run_reference"]["max_file_mb"]
+    assert ref_cap == battery.REF_RESULT_MB
+    assert seen["lethe.verifier.worker:run_candidate"].get("max_file_mb", 4096) >= ref_cap
+
+
+def test_an_oversized_candidate_result_is_named_as_such():
+    """A candidate whose result write hits the cap gets a crash row whose error names the cap, not a bare
+    sandbox message."""
+    from lethe.sandbox import SandboxResult
+
+    real = api._sandbox()
+
+    def runner(target, payload=None, arrays=None, **opts):
+        if target == "lethe.verifier.worker:run_candidate":
+            return SandboxResult(status="bad_result",
+                                 detail="could not serialise result: OSError: [Errno 27] File too large")
+        return real(target, payload=payload, arrays=arrays, **opts)
+
+    api._REF_CACHE.clear()
+    row = api.verify(K.SCALE_REF, K.as_candidate(K.SCALE_REF), device="cpu", runner=runner)
+    assert row["status"] == "crash"
+    assert "result cap" in row["error"] and "File too large" in row["error"], row["error"]

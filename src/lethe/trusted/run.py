@@ -29,6 +29,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -54,8 +55,9 @@ class ProfileMemo:
 
     def __init__(self, profiles: list[str], *, ref_memory_mb: int, memory_mb: int,
                  verify_profiles: Callable[..., list[dict]] | None = None,
-                 run_reference: Callable[..., Any] | None = None) -> None:
+                 run_reference: Callable[..., Any] | None = None, reference_device: str = "auto") -> None:
         self.profiles = list(profiles)
+        self.reference_device = reference_device
         self.ref_memory_mb = ref_memory_mb
         self.memory_mb = memory_mb
         self._verify_profiles = verify_profiles
@@ -98,12 +100,13 @@ class ProfileMemo:
         run_reference = self._run_reference or api.run_reference
         verify_profiles = self._verify_profiles or api.verify_profiles
         dev = api.resolve_device(device)
+        ref_dev = api.resolve_reference_device(self.reference_device, dev)
         interpret = dev == "cpu" and "triton" in cand_src
         # The reference runs here first, under the kernel's budget, and lands in the verifier's reference cache,
         # so verify_profiles below reuses it instead of running it again under its own (longer) default limit.
         t0 = time.monotonic()
         status, res, _arr, raw = run_reference(ref_src, seed, timeout_s=timeout_s, memory_mb=self.ref_memory_mb,
-                                               interpret=interpret)
+                                               interpret=interpret, device=ref_dev)
         if status != "ok" or not (res or {}).get("ok"):
             # Handled here: verify_profiles would run a failed reference again, under its own longer limit.
             secs = round(time.monotonic() - t0, 3)
@@ -123,7 +126,7 @@ class ProfileMemo:
                     for p in self.profiles}
         rows = verify_profiles(ref_src, cand_src, profiles=self.profiles, device=device, seed=seed,
                                timeout_s=timeout_s, memory_mb=self.memory_mb, kernel_id=kernel_id, corpus=corpus,
-                               op_class="trusted")
+                               op_class="trusted", reference_device=self.reference_device)
         return {r["profile"]: r for r in rows}
 
 
@@ -171,8 +174,13 @@ def drop_rows(checkpoint: str | os.PathLike[str], keep: Callable[[Mapping[str, A
 def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoint: str | os.PathLike[str],
         profiles: list[str], device: str, seed: int, budget_s: float, deadline: float | None = None,
         verify_fn: Callable[..., Mapping[str, Any]] | None = None, kb_commit: str = "",
-        ref_memory_mb: int = 4096, memory_mb: int = 4096, log: Callable[[str], None] = print) -> dict[str, Any]:
+        ref_memory_mb: int = 4096, memory_mb: int = 4096, log: Callable[[str], None] = print,
+        reference_device: str = "auto", collect_only: bool = False,
+        stopped_early: bool = False, started: int = 0) -> dict[str, Any]:
     """Verify the corpus's items in order until done or past ``deadline``; write the results folder.
+
+    ``collect_only`` verifies nothing and writes the folder from what the checkpoint holds (the last step of a
+    parallel run, :func:`run_parallel`, whose workers report ``stopped_early`` and how many they ``started``).
 
     Writes ``rows.parquet`` (every finished row of this corpus, in corpus order), ``corpus.json`` (the
     manifest: every member, its census and exclusion reason), ``summary.json`` (coverage) and
@@ -183,15 +191,14 @@ def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoin
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    verify_fn = verify_fn or ProfileMemo(profiles, ref_memory_mb=ref_memory_mb, memory_mb=memory_mb)
+    verify_fn = verify_fn or ProfileMemo(profiles, ref_memory_mb=ref_memory_mb, memory_mb=memory_mb,
+                                         reference_device=reference_device)
     items = corpus["items"]
     man = C.manifest(corpus, kb_commit)
     # Written first as well: it caches the census for the next call even if this one is killed.
     (out_dir / "corpus.json").write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
-    started = 0
-    stopped_early = False
     t0 = time.monotonic()
-    for i, it in enumerate(items):
+    for i, it in enumerate([] if collect_only else items):
         if deadline is not None and time.monotonic() >= deadline:
             stopped_early = True
             log(f"deadline reached before item {i + 1}/{len(items)} ({it['id']}); stopping")
@@ -218,15 +225,157 @@ def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoin
     summary = coverage(man, rows)
     summary["budget"] = dict(corpus["budget"])
     summary["machine"] = machine(device)
-    summary["run"] = {"profiles": profiles, "device": device, "seed": seed, "budget_s": budget_s,
+    summary["run"] = {"profiles": profiles, "device": device, "reference_device": reference_device, "seed": seed,
+                      "budget_s": budget_s,
                       "ref_memory_mb": ref_memory_mb, "memory_mb": memory_mb,
                       "stopped_early": stopped_early, "kernels_run_this_call": started,
                       "wall_s_this_call": round(time.monotonic() - t0, 1)}
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=1, sort_keys=True) + "\n")
     provenance.write(out_dir / "provenance.json", command="python -m lethe.trusted.run", device=device,
                      seed=seed, profiles=profiles, budget_s=budget_s, kernelbench_commit=kb_commit,
-                     n_finished=len(finished))
+                     n_finished=len(finished), reference_device=reference_device)
     return summary
+
+
+def shard_items(corpus: Mapping[str, Any], index: int, count: int) -> dict[str, Any]:
+    """The share of the corpus that worker ``index`` of ``count`` verifies.
+
+    Whole problems go to one worker (the members of a problem share its float64 reference, which a worker
+    computes once), dealt round-robin in corpus order so that every worker gets a like mix of sizes.
+    """
+    if not 0 <= index < count:
+        raise ValueError(f"shard {index}/{count}: need 0 <= index < count")
+    order: dict[str, int] = {}
+    for it in corpus["items"]:
+        order.setdefault(C._sha(it["reference"]), len(order))
+    mine = [it for it in corpus["items"] if order[C._sha(it["reference"])] % count == index]
+    ids = {it["id"] for it in mine}
+    return {**corpus, "items": mine, "members": [m for m in corpus["members"] if m.get("id") in ids]}
+
+
+def merge_checkpoints(target: str | os.PathLike[str], parts: list[Path]) -> int:
+    """Fold the workers' checkpoints into ``target`` (atomically): its own lines first, then each part's, with
+    lines already present dropped (every worker started from a copy of ``target``). Returns the lines added."""
+    from lethe.audit.shard import read_checkpoint
+
+    target = Path(target)
+    rows = read_checkpoint(target)
+    seen = {json.dumps(r, sort_keys=True, default=str) for r in rows}
+    added = 0
+    for part in parts:
+        for r in read_checkpoint(part):
+            line = json.dumps(r, sort_keys=True, default=str)
+            if line not in seen:
+                seen.add(line)
+                rows.append(r)
+                added += 1
+    tmp = Path(f"{target}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in rows:
+            fh.write(json.dumps(r, sort_keys=True, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, target)
+    return added
+
+
+def _worker_files(checkpoint: Path) -> list[Path]:
+    """Worker checkpoints beside ``checkpoint`` (this run's, or a killed earlier run's)."""
+    return sorted(p for p in checkpoint.parent.glob(f"{checkpoint.name}.worker*")
+                  if re.fullmatch(r"worker\d+of\d+", p.name[len(checkpoint.name) + 1:]))
+
+
+def fold_workers(checkpoint: Path, parts: list[Path]) -> int:
+    """Fold worker checkpoints (and the attempt markers each added after its seed, recorded in
+    ``<part>.seed``) into ``checkpoint``, then delete them. Returns the rows added."""
+    from lethe.audit.shard import attempts_path
+
+    added = merge_checkpoints(checkpoint, [p for p in parts if p.exists()])
+    with open(attempts_path(checkpoint), "ab") as fh:
+        for part in parts:
+            seed = part.with_name(part.name + ".seed")
+            size = int(seed.read_text()) if seed.exists() else 0
+            if attempts_path(part).exists():
+                fh.write(attempts_path(part).read_bytes()[size:])
+        fh.flush()
+        os.fsync(fh.fileno())
+    for part in parts:
+        for f in (part, attempts_path(part), part.with_name(part.name + ".seed")):
+            f.unlink(missing_ok=True)
+    return added
+
+
+def run_parallel(argv: list[str], *, workers: int, checkpoint: Path, out: Path,
+                 log: Callable[[str], None], popen: Callable[[list[str]], Any] | None = None) -> tuple[bool, int]:
+    """Run ``workers`` copies of this command, each on its :func:`shard_items` share with its own checkpoint
+    (seeded from ``checkpoint``, so a resumed run redoes nothing), then fold their checkpoints into
+    ``checkpoint``. Returns whether some worker stopped before its share was done (its deadline, or it failed)
+    and how many kernels the workers verified. ``popen`` starts a worker (tests replace it).
+
+    Processes rather than threads: each worker keeps its own in-process reference cache and verifier state,
+    and one that dies costs its share's unfinished kernels, which the next run resumes. Nothing finished is
+    lost when this process is stopped: SIGTERM stops the workers and folds what they wrote, and worker files
+    left by a run killed outright are folded in before the next run starts.
+    """
+    import shutil
+    import signal
+    import subprocess
+
+    from lethe.audit.shard import attempts_path
+
+    left = _worker_files(checkpoint)
+    if left:
+        log(f"folding {fold_workers(checkpoint, left)} rows from {len(left)} worker files of an earlier run")
+    parts, procs = [], []
+    main_attempts = attempts_path(checkpoint)
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    old = signal.signal(signal.SIGTERM, stop)
+    codes: list[int | None] = []
+    try:
+        for i in range(workers):
+            part = checkpoint.with_name(f"{checkpoint.name}.worker{i}of{workers}")
+            for src, dst in ((checkpoint, part), (main_attempts, attempts_path(part))):
+                if src.exists():
+                    shutil.copyfile(src, dst)
+                else:
+                    dst.unlink(missing_ok=True)
+            # A kernel that kills its worker is retried only so often: the markers each worker adds after its
+            # seed are folded back.
+            seed = main_attempts.stat().st_size if main_attempts.exists() else 0
+            part.with_name(part.name + ".seed").write_text(str(seed))
+            parts.append(part)
+            cmd = [sys.executable, "-m", "lethe.trusted.run", *argv, "--workers", "1", "--shard",
+                   f"{i}/{workers}", "--checkpoint", str(part), "--out", str(out / f".worker{i}")]
+            procs.append((popen or subprocess.Popen)(cmd))
+        codes = [p.wait() for p in procs]
+    except SystemExit:
+        # Stopped from outside: fall through to fold what the workers finished; the caller then writes the
+        # results folder as for a run that reached its deadline.
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if len(codes) < len(procs):
+            for p in procs:
+                if hasattr(p, "terminate"):
+                    p.terminate()
+            codes = [p.wait() for p in procs]
+            log("stopped: workers terminated, their finished rows kept")
+        added = fold_workers(checkpoint, parts)
+    stopped, started = any(codes), 0
+    for i in range(workers):
+        summ = out / f".worker{i}" / "summary.json"
+        try:
+            ran = json.loads(summ.read_text())["run"]
+            stopped = stopped or bool(ran["stopped_early"])
+            started += int(ran["kernels_run_this_call"])
+        except (OSError, ValueError, KeyError):
+            stopped = True
+        shutil.rmtree(out / f".worker{i}", ignore_errors=True)
+    log(f"{workers} workers finished (exit codes {codes}); {added} new rows folded into {checkpoint}")
+    return stopped, started
 
 
 def machine(device: str) -> str:
@@ -346,7 +495,16 @@ def main(argv: list[str] | None = None) -> int:
                          "for a measurement on a subset; the outputs then cover only them")
     ap.add_argument("--retry-timeouts", action="store_true",
                     help="redo kernels whose checkpointed row is a timeout (e.g. after a loaded run)")
+    ap.add_argument("--reference-device", default="auto", choices=("auto", "cpu", "cuda"),
+                    help="where the float64 reference runs (lethe verify's option of the same name)")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="kernels verified at once: this many processes, each on a share of the problems with "
+                         "its own checkpoint, folded into --checkpoint at the end")
+    ap.add_argument("--shard", default=None, help="I/N: verify only worker I's share of N (set by --workers)")
+    raw_argv = list(sys.argv[1:] if argv is None else argv)
     a = ap.parse_args(argv)
+    if a.workers < 1:
+        ap.error("--workers must be at least 1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(a.out)
     checkpoint = Path(a.checkpoint or REPO_ROOT / "cache" / "trusted" / a.device / "checkpoint.jsonl")
@@ -362,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     corpus = C.build(a.kb_root, levels=[int(x) for x in a.levels.split(",")], budget=budget, census_cache=cache)
     if a.only:
         corpus = only_items(corpus, a.only.split(","))
+    if a.shard:
+        idx, cnt = (int(x) for x in a.shard.split("/"))
+        corpus = shard_items(corpus, idx, cnt)
     n_ex = sum(1 for m in corpus["members"] if m["excluded"])
     print(f"corpus: {len(corpus['members'])} members, {n_ex} excluded by the static budget, "
           f"{len(corpus['items'])} to verify", file=sys.stderr, flush=True)
@@ -369,9 +530,14 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    stopped, started = False, 0
+    if a.workers > 1:
+        stopped, started = run_parallel(raw_argv, workers=a.workers, checkpoint=checkpoint, out=out, log=say)
     summary = run(corpus, out, checkpoint=checkpoint, profiles=a.profiles.split(","), device=a.device,
                   seed=a.seed, budget_s=a.budget_s, deadline=_deadline(a.stop_after_s, a.stop_at),
-                  kb_commit=C.kb_commit(a.kb_root), ref_memory_mb=a.ref_memory_mb, memory_mb=a.memory_mb, log=say)
+                  kb_commit=C.kb_commit(a.kb_root), ref_memory_mb=a.ref_memory_mb, memory_mb=a.memory_mb, log=say,
+                  reference_device=a.reference_device, collect_only=a.workers > 1, stopped_early=stopped,
+                  started=started)
     say(json.dumps(summary["by_kind"], sort_keys=True))
     return 0
 

@@ -349,7 +349,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         payload["ext_root"] = build["ext_root"]
         extra["read_paths"] = (build["ext_root"],)
     cres = (runner or _sandbox())("lethe.verifier.worker:run_candidate", payload=payload, arrays=send,
-                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env, **extra)
+                                  timeout_s=timeout_s, memory_mb=memory_mb, device=dev, env=env,
+                                  max_file_mb=battery.CAND_RESULT_MB, **extra)
     ran.append(("candidate", cres))
     t1 = lap("candidate_s", t1)
     phase["candidate_child_s"] = round(getattr(cres, "seconds", 0.0), 3)
@@ -364,6 +365,12 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
         return finish(status="timeout", error=f"candidate exceeded {timeout_s}s: {cres.detail}"[:2000])
     if cres.status != "ok":
         tail = (cres.stderr_tail or "")[-600:]
+        if "File too large" in (cres.detail or ""):
+            # Only outputs larger than the float64 reference's (other shapes, or wider than 8-byte elements)
+            # can exceed the cap (battery.CAND_RESULT_MB), so this is the candidate's fault, said as such.
+            return finish(status="crash", error=(f"candidate's outputs exceed the {battery.CAND_RESULT_MB} MB "
+                                                 f"result cap, which holds the float64 reference's outputs: "
+                                                 f"{cres.detail}")[:2000])
         return finish(status="crash", error=f"sandbox {cres.status}: {cres.detail} {tail}"[:2000])
     cand = cres.result or {}
     stage = cand.get("stage")

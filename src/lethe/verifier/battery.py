@@ -14,3 +14,8 @@ GATE_IDS = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "ORD-02", "ORD-03",
 # (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
 PLAN_VERSION = "lethe.plan/4"  # /4: cond/gcond spreads (conditioning floor of CMP-01/02); /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
 REF_RESULT_MB = 8192  # the reference process's result file cap (RLIMIT_FSIZE), which Budget.result_mb plans within
+# The candidate's result file holds its outputs (and gradients) for the same probes the reference planned, each
+# element at most 8 bytes where the reference's are float64, so it is never larger than the reference's: the same
+# cap admits every candidate whose outputs have the reference's shapes. A smaller cap would charge a correct
+# kernel of a large problem as a crash ("File too large") while the plan admitted its probes.
+CAND_RESULT_MB = REF_RESULT_MB
