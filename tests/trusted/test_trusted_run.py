@@ -281,3 +281,23 @@ def test_worker_files_of_a_killed_run_are_folded_before_the_next_run(tmp_path):
     assert read_attempts(ck) == {"k1": 1}
     assert (tmp_path / "ck.jsonl.workerish").exists()
     assert not list(tmp_path.glob("ck.jsonl.worker?of*"))
+
+
+def test_a_reference_over_budget_is_an_exclusion_wherever_the_limit_tripped():
+    """The runner's own budget rows and the reference's own reports of the same limits (its alarm, its
+    allocator) are run-time exclusions; any other broken reference is not."""
+    own_time = "reference exceeded its 120 s time budget while measuring the outputs' conditioning on probe small"
+    own_mem = "reference exceeded its 4096 MB memory budget while running the forward on probe rand0 (RuntimeError)"
+    cases = [({"status": "timeout", "error": TR.REF_BUDGET_PREFIX + " (120 s)"}, "reference_time"),
+             ({"status": "timeout", "error": "candidate exceeded 120s"}, "candidate_time"),
+             ({"status": "ref_broken", "error": TR.REF_MEMORY_PREFIX + " (4096 MB)"}, "reference_memory"),
+             ({"status": "ref_broken", "error": own_time}, "reference_time"),
+             ({"status": "ref_broken", "error": own_mem}, "reference_memory"),
+             ({"status": "ref_broken", "error": "reference is nondeterministic: two runs differ"}, None),
+             ({"status": "gated", "error": own_time}, None)]
+    for row, want in cases:
+        assert TR.budget_exclusion(row) == want, row
+    man = {"members": [{"id": "a", "kind": "self", "excluded": ""}, {"id": "b", "kind": "self", "excluded": ""}]}
+    cov = TR.coverage(man, [{"id": "a", "status": "ref_broken", "error": own_time},
+                            {"id": "b", "status": "ref_broken", "error": "reference is nondeterministic"}])
+    assert cov["by_kind"]["self"]["statuses"] == {"excluded_reference_over_time_budget": 1, "ref_broken": 1}

@@ -43,6 +43,26 @@ from lethe.trusted import corpus as C
 CORPUS = "trusted"
 REF_BUDGET_PREFIX = "float64 reference exceeded the per-kernel budget"
 REF_MEMORY_PREFIX = "float64 reference exceeded the per-kernel memory budget"
+# The same limits as the reference reports them when they trip inside its own process (lethe.verifier.api
+# .reference_error): its alarm at the time budget, its allocator at the memory budget.
+_REF_OWN_TIME = re.compile(r"reference exceeded its [0-9.]+ s time budget")
+_REF_OWN_MEMORY = re.compile(r"reference exceeded its [0-9]+ MB memory budget")
+
+
+def budget_exclusion(row: Mapping[str, Any]) -> str | None:
+    """Why a row is a run-time exclusion rather than a verdict: ``"reference_time"`` or ``"reference_memory"``
+    (the float64 reference outran the per-kernel budget, wherever the limit tripped), ``"candidate_time"`` (the
+    candidate outran it), or None. A reference over budget says nothing about the candidate, so such a
+    problem is excluded, with its reason, like one the static size budget excludes."""
+    err = str(row.get("error", "") or "")
+    if row.get("status") == "timeout":
+        return "reference_time" if err.startswith(REF_BUDGET_PREFIX) else "candidate_time"
+    if row.get("status") == "ref_broken":
+        if err.startswith(REF_MEMORY_PREFIX) or _REF_OWN_MEMORY.match(err):
+            return "reference_memory"
+        if _REF_OWN_TIME.match(err):
+            return "reference_time"
+    return None
 
 
 class ProfileMemo:
@@ -438,12 +458,9 @@ def coverage(man: Mapping[str, Any], rows: list[Mapping[str, Any]]) -> dict[str,
         statuses: dict[str, int] = {}
         for m in attempted:
             r = by_id[m["id"]]
-            s = r["status"]
-            if s == "timeout":
-                s = ("excluded_reference_over_time_budget" if str(r.get("error", "")).startswith(REF_BUDGET_PREFIX)
-                     else "candidate_over_time_budget")
-            elif s == "ref_broken" and str(r.get("error", "")).startswith(REF_MEMORY_PREFIX):
-                s = "excluded_reference_over_memory_budget"
+            s = {"reference_time": "excluded_reference_over_time_budget",
+                 "reference_memory": "excluded_reference_over_memory_budget",
+                 "candidate_time": "candidate_over_time_budget"}.get(budget_exclusion(r) or "", r["status"])
             statuses[s] = statuses.get(s, 0) + 1
         out["by_kind"][kind] = {
             "members": len(ms), "excluded_static": len(static), "eligible": len(ms) - len(static),

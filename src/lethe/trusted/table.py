@@ -21,7 +21,7 @@ from typing import Any
 
 from lethe.provenance import REPO_ROOT
 from lethe.render.tables import render_table
-from lethe.trusted.run import REF_MEMORY_PREFIX
+from lethe.trusted.run import budget_exclusion
 
 GATES = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "ORD-02", "ORD-03", "PRC-01", "PRC-02", "EXC-01", "EXC-02",
          "RES-01", "RES-02")
@@ -100,8 +100,8 @@ def failures(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[s
     by_key: dict[tuple[str, str], dict[str, Any]] = {}
     for r in rows:
         if r["status"] != "gated":
-            # A timeout is no verdict (the reference or the candidate outran the time budget): coverage counts it.
-            if r["status"] == "timeout" or str(r.get("error", "")).startswith(REF_MEMORY_PREFIX):
+            # No verdict (the reference or the candidate outran the per-kernel budget): coverage counts it.
+            if budget_exclusion(r):
                 continue
             key = (r["id"], "row")
             rec = by_key.setdefault(key, {"kernel": r["id"], "kind": r.get("op_class") or "", "gate": "row",
