@@ -14,10 +14,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "verifier"))
-from lethe import cli  # noqa: E402
-from lethe.verifier import api  # noqa: E402
-from lethe.verifier import fixtures as K  # noqa: E402
+from lethe import cli
+from lethe.verifier import api
+from lethe.verifier import fixtures as K
 
 
 def test_verify_json_pass(files, local_sandbox, capsys):

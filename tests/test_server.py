@@ -23,11 +23,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "verifier"))
-from lethe import cli  # noqa: E402
-from lethe import server as S  # noqa: E402
-from lethe.verifier import fixtures as K  # noqa: E402
-from lethe.verifier import records  # noqa: E402
+from lethe import cli
+from lethe import server as S
+from lethe.verifier import fixtures as K
+from lethe.verifier import records
 
 REPO = Path(__file__).resolve().parents[1]
 

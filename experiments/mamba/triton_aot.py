@@ -24,9 +24,6 @@ from pathlib import Path
 os.environ.pop("TRITON_INTERPRET", None)  # before triton is imported: the kernels must be JITFunctions
 
 ROOT = Path(__file__).resolve().parents[2]
-for p in (str(ROOT / "src"), str(ROOT)):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 import torch  # noqa: E402
 import triton.language as tl  # noqa: E402

@@ -1,18 +1,15 @@
 """The CPU reproductions behind the GPU hand-audit labels: each arithmetic claim a label rests on holds in torch,
-and the committed checks.json is what the experiment's functions compute now."""
+and the committed checks.json is what lethe.hand_audit.gpu_checks computes now."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
+from lethe.hand_audit import gpu_checks as C
+
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpu_disputed_checks",
-                                               ROOT / "experiments/hand_audit/gpu_disputed_checks.py")
-C = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(C)
 
 
 def test_unscaled_fp32_l2norm_is_nonfinite_on_subnormal_rows_and_the_scaled_form_is_not():
@@ -39,7 +36,7 @@ def test_worker_dtype_switch_double_rounds_bf16_weights():
 def test_committed_checks_match_the_experiment():
     got = json.loads((ROOT / "results/hand_audit/gpu_disputed/checks.json").read_text())
     for name in ("l2norm_underflow", "nan_ignoring_max", "nan_dropping_relu", "bf16_weight_double_rounding"):
-        assert got[name] == C._plain(getattr(C, name)()), name
+        assert got[name] == C.plain(getattr(C, name)()), name
     for key in ("battery_cpu L2/12:gemm_kblocked_leaky", "battery_cpu L3/1:mlp_split_k"):
         # run with the fixed worker: the two correct kernels pass PRC-02's bracketed bf16 rows
         assert got[key]["status"] == "pass" and all(v["status"] == "pass" for v in got[key]["probes"].values())

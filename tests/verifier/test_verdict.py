@@ -4,8 +4,6 @@ human summary's margins and grouping, and the CLI's version, gate filter and row
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -15,8 +13,6 @@ from lethe import cli
 from lethe.verifier import fixtures as K
 from lethe.verifier import records
 from lethe.verifier import verdict as V
-
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 def test_json_output_follows_the_shipped_schema(files, local_sandbox, capsys):

@@ -123,8 +123,7 @@ def test_fresh_clone_default_target_renders_without_compute(tmp_path):
 
 
 def test_every_rule_names_the_project_environment():
-    sys.path.insert(0, str(ROOT / "tools"))
-    from add_rule_envs import add_envs
+    from tools.add_rule_envs import add_envs  # the repository root is on pytest's path (pyproject pythonpath)
 
     for path in sorted((ROOT / "workflow/rules").glob("*.smk")):
         text = path.read_text()

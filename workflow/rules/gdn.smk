@@ -13,12 +13,13 @@ _GDN_LADDER_HYBRID_TC = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "ladder_hybrid_tc.json")
 )
 _GDN_TRAIN = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, "results", "gdn", "train_family.json"))
-_GDN_TRAIN_SEEDS = sorted(
-    f"results/gdn/{f}"
-    for f in (_gdn_os.listdir(_gdn_os.path.join(workflow.basedir, "results", "gdn"))
-              if _gdn_os.path.isdir(_gdn_os.path.join(workflow.basedir, "results", "gdn")) else [])
-    if f.startswith("train_seeds") and f.endswith(".json") and not f.endswith(".provenance.json")
-)
+# the seed studies the compute rules gdn_train_seeds and gdn_train_seeds_fp32control write, named (a listing of
+# results/gdn/ would pick up any stray run file)
+_GDN_TRAIN_SEEDS = [
+    f
+    for f in ("results/gdn/train_seeds.json", "results/gdn/train_seeds_fp32control.json")
+    if _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, f))
+]
 _GDN_INTRA = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "intra_precision", "summary.json")
 )

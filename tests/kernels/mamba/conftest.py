@@ -4,10 +4,11 @@
 * ``lethe.kernels`` is this checkout's ``kernels/`` folder. An editable install made from another checkout maps the
   name to that checkout's folder (setuptools' finder), which would test someone else's code: the package's search
   path is pointed back here when it differs.
+* ``mamba_helpers`` imports as a plain module because pytest's default import mode puts each test folder on the
+  path (as for tests/kernels/gdn and its ``gdn_helpers``); nothing here edits ``sys.path``.
 """
 
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -17,7 +18,6 @@ if not torch.cuda.is_available():
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-sys.path.insert(0, str(HERE))
 
 import lethe.kernels  # noqa: E402
 
