@@ -175,6 +175,19 @@ def test_real_other_uid_is_stopped_by_the_directory_and_by_the_uid_check(served)
     assert S.request(served.path, {"op": "status"}, response_timeout_s=10)["uid"] == os.getuid()
 
 
+def test_forget_drops_the_servers_reference_results_between_verifications(served, monkeypatch):
+    """The latency benchmark's served cold runs: after ``forget`` the server holds no reference result in
+    memory (the disk cache is the caller's to empty), and it keeps answering."""
+    from lethe.verifier import api
+
+    memo = {"a": ("ok", {}, {}, None), "b": ("ok", {}, {}, None)}
+    monkeypatch.setattr(api, "_REF_CACHE", memo)
+    assert S.request(served.path, {"op": "forget"}, response_timeout_s=10) == {"forgot": 2}
+    assert memo == {}
+    assert S.request(served.path, {"op": "forget"}, response_timeout_s=10) == {"forgot": 0}
+    assert S.request(served.path, {"op": "status"}, response_timeout_s=10)["pid"] == os.getpid()
+
+
 def test_stale_socket_is_replaced_and_a_live_server_is_not(sock_dir):
     path = sock_dir / "s.sock"
     dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -184,10 +184,11 @@ def ingest(tar_path: str, corpus: str = "mixed", run_commit: str = "unknown", so
 
         if state.get("latency", {}).get("rc") != 0:
             ks = doc.get("kernels", {}).values()
-            got = {step: sum(1 for k in ks if step in k) for step in ("cold", "warm", "phases", "kernelbench")}
+            got = {step: sum(1 for k in ks if step in k)
+                   for step in ("cold", "warm", "served_warm", "phases", "kernelbench")}
             doc["status"] = (f"partial: the run ended during the latency step (finished: {got['cold']} cold, "
-                             f"{got['warm']} warm, {got['phases']} phase-split and {got['kernelbench']} KernelBench "
-                             f"runs of {len(doc.get('kernels', {}))} kernels)")
+                             f"{got['warm']} warm, {got['served_warm']} served, {got['phases']} phase-split and "
+                             f"{got['kernelbench']} KernelBench runs of {len(doc.get('kernels', {}))} kernels)")
 
         doc["summary"] = summarise(doc)
         out_l = ROOT / "results" / "tool" / "latency"

@@ -103,21 +103,19 @@ def mixed_run(lb: Path, kb: str, out: Path, n_cuda: int, n_self: int) -> dict:
     return origin
 
 
-def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str], backends: set[str] | None = None) -> list[str]:
+def slice_run(lb: Path, kb: str, out: Path, n: int, done: set[str], backends: tuple[str, ...] | None = None) -> list[str]:
     """A KernelBench run folder with the next ``n`` kernels not yet committed (lethe.audit.accumulate.next_slice);
     with ``backends``, only kernels whose detected backend (the corpus manifest's ``backend_detected``) is one of
-    them: a Triton slice needs no extension build."""
+    them (lethe.audit.accumulate.select_backends): a Triton slice needs no extension build."""
     import shutil
 
-    from lethe.audit.accumulate import next_slice
+    from lethe.audit.accumulate import detected_backends, next_slice, select_backends
     from lethe.audit.batch import discover
 
     out.mkdir(parents=True, exist_ok=True)
     items = discover(str(lb), kernelbench=kb)
     if backends:
-        with open(lb / "manifest.jsonl", encoding="utf-8") as fh:
-            detected = {e["id"]: e.get("backend_detected") for e in map(json.loads, fh)}
-        items = [it for it in items if detected.get(it["id"]) in backends]
+        items = select_backends(items, detected_backends(lb / "manifest.jsonl"), backends)
     todo = next_slice(items, n, done)
     for it in todo:
         shutil.copy(it["cand_path"], out / Path(it["cand_path"]).name)
@@ -169,12 +167,18 @@ def main(argv=None) -> int:
     ap.add_argument("--skip", default="", help="comma-separated steps to skip")
     ap.add_argument("--collect", default="", help="only pack the results into this tar.gz")
     a = ap.parse_args(argv)
+    from lethe.audit import accumulate as A
+
+    try:
+        backends = A.parse_backends(a.backends)
+    except ValueError as exc:
+        ap.error(f"--backends: {exc}")
+    if backends and not a.slice:
+        ap.error("--backends selects the kernels of a --slice")
     run = Path(a.run)
     run.mkdir(parents=True, exist_ok=True)
     if a.collect:
         return collect(run, Path(a.collect))
-    from lethe.audit import accumulate as A
-
     skip = set(a.skip.split(","))
     py = sys.executable
     lb = run / "lb"
@@ -190,8 +194,7 @@ def main(argv=None) -> int:
     if a.slice:
         target = run / "slice"
         if "slice" not in _state(run):
-            ids = slice_run(lb, problems, target, a.slice, A.audited_ids(a.done),
-                            set(filter(None, a.backends.split(","))) or None)
+            ids = slice_run(lb, problems, target, a.slice, A.audited_ids(a.done), backends)
             state = _state(run)
             state["slice"] = {"rc": 0, "kernels": len(ids), "ids": ids, "skipped_done": len(A.audited_ids(a.done))}
             _save(run, state)

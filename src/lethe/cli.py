@@ -129,7 +129,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
                 _fail("verify", str(exc))
                 return EXIT_HARNESS
             # The server could not be started: verifying here gives the same answer, only slower.
-            print(f"lethe verify: {exc}; verifying without the server", file=sys.stderr)
+            print(f"lethe verify: {exc}; {SERVER_FALLBACK}", file=sys.stderr)
             code, out, err, row = verify_sources(args, ref_src, cand_src)
     else:
         code, out, err, row = verify_sources(args, ref_src, cand_src)
@@ -141,6 +141,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001 - the verdict is printed; say why it was not stored
             return _fail("verify", f"could not write {args.out}: {type(exc).__name__}: {exc}")
     return code
+
+
+#: What ``lethe verify --server`` writes on stderr when no server could be reached or started and it verified in
+#: its own process instead (the latency benchmark tells such an answer from a server's by it).
+SERVER_FALLBACK = "verifying without the server"
 
 
 def _server_socket(args: argparse.Namespace) -> Path | None:

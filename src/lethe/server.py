@@ -22,7 +22,10 @@ second ``lethe serve`` on that path exits.
 Wire format: one request and one answer per connection, each a 4-byte big-endian length and that many
 bytes of UTF-8 JSON. Request ``{"op": "verify", "args": {...}, "ref_src": ..., "cand_src": ...}`` (the
 parsed ``lethe verify`` options; the sources travel by content); answer ``{"code", "stdout", "stderr",
-"row"}`` or ``{"error": ...}``. ``{"op": "status"}`` answers the server's pid, uid and dumpable flag.
+"row"}`` or ``{"error": ...}``. ``{"op": "status"}`` answers the server's pid, uid and dumpable flag;
+``{"op": "forget"}`` drops the server's in-memory reference results (``{"forgot": n}``; run between two
+verifications, like a verify request), so that its next verification of a reference whose disk-cache entry is
+gone computes it afresh.
 """
 
 from __future__ import annotations
@@ -272,6 +275,14 @@ class Server:
         if req.get("op") == "status":
             return {"pid": os.getpid(), "uid": server_uid(), "dumpable": _dumpable(),
                     "idle_exit_s": self.idle_exit_s}
+        if req.get("op") == "forget":
+            from lethe.verifier import api
+
+            # The in-process results only (api._REF_CACHE, as lethe.trusted.run drops them); the disk cache is
+            # the caller's to empty. Not a function of the verifier package: its sources are the code digest.
+            n = len(api._REF_CACHE)
+            api._REF_CACHE.clear()
+            return {"forgot": n}
         if req.get("op") != "verify":
             return {"error": f"unknown op {req.get('op')!r}"}
         try:

@@ -103,3 +103,83 @@ def test_gather_finished_keeps_every_kernel_with_all_its_profiles(tmp_path):
 
     ids = pq.read_table(out / "rows.parquet", columns=["id"]).column("id").to_pylist()
     assert cut not in ids and len(ids) == got["rows"]
+
+
+# ------------------------------------------------------------------------------------ slicing by backend
+
+
+def _backend_items():
+    items = [{"id": f"level_1_problem_{p}_sample_0", "candidate": "x"} for p in range(1, 7)]
+    detected = {it["id"]: b for it, b in zip(items, ["cuda", "triton", "pytorch", "triton", "cute", "triton"], strict=True)}
+    return items, detected
+
+
+def test_backend_filter_keeps_only_the_asked_backends_in_their_order():
+    import pytest
+
+    items, detected = _backend_items()
+    got = A.select_backends(items, detected, ("triton",))
+    assert [it["id"] for it in got] == ["level_1_problem_2_sample_0", "level_1_problem_4_sample_0",
+                                        "level_1_problem_6_sample_0"]
+    both = A.select_backends(list(reversed(items)), detected, ["pytorch", "triton"])
+    assert [it["id"] for it in both] == ["level_1_problem_6_sample_0", "level_1_problem_4_sample_0",
+                                         "level_1_problem_3_sample_0", "level_1_problem_2_sample_0"]
+    with pytest.raises(ValueError, match="unknown backend"):
+        A.select_backends(items, detected, ("trtion",))
+    with pytest.raises(ValueError, match="no detected backend recorded"):
+        A.select_backends(items, {}, ("triton",))  # a manifest without them is not an empty slice
+
+
+def test_backends_option_is_parsed_strictly():
+    import pytest
+
+    assert A.parse_backends("") is None and A.parse_backends(" , ") is None
+    assert A.parse_backends("triton, pytorch,triton") == ("triton", "pytorch")
+    with pytest.raises(ValueError, match="unknown backend.*CUDA"):
+        A.parse_backends("triton,CUDA")
+
+
+def _driver():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "experiments" / "audit" / "replicate_h200.py"
+    spec = importlib.util.spec_from_file_location("replicate_h200_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_replication_driver_slices_a_triton_only_folder(tmp_path):
+    """replicate_h200.py --slice N --backends triton: the slice folder holds only the Triton kernels (the
+    corpus manifest's backend_detected), none of which needs an extension build."""
+    kb = tmp_path / "problems" / "KernelBench" / "level1"
+    kb.mkdir(parents=True)
+    lb = tmp_path / "run"
+    lb.mkdir()
+    backends = ["cuda", "triton", "pytorch", "triton"]
+    with open(lb / "manifest.jsonl", "w") as fh:
+        for p, b in enumerate(backends, start=1):
+            (kb / f"{p}_Op.py").write_text(REF)
+            (lb / f"level_1_problem_{p}_sample_0_kernel.py").write_text(CAND)
+            fh.write(json.dumps({"id": f"level_1_problem_{p}_sample_0", "backend_detected": b}) + "\n")
+    drv = _driver()
+    out = tmp_path / "slice"
+    ids = drv.slice_run(lb, str(tmp_path / "problems"), out, 10, set(), ("triton",))
+    assert sorted(ids) == ["level_1_problem_2_sample_0", "level_1_problem_4_sample_0"]
+    assert sorted(f.name for f in out.iterdir()) == [f"{i}_kernel.py" for i in sorted(ids)]
+    assert drv.slice_run(lb, str(tmp_path / "problems"), tmp_path / "s2", 10, {ids[0]}, ("triton",)) == ids[1:]
+
+
+def test_replication_driver_refuses_an_unknown_backend_before_any_step(tmp_path, capsys):
+    import pytest
+
+    drv = _driver()
+    base = ["--run", str(tmp_path / "r"), "--kb", "kb", "--raw", "raw.json", "--slice", "5"]
+    with pytest.raises(SystemExit) as exc:
+        drv.main(base + ["--backends", "triton,tritonn"])
+    assert exc.value.code == 2 and "tritonn" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        drv.main(base[:-2] + ["--backends", "triton"])  # without --slice it would select nothing
+    assert "--slice" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()  # refused before the run folder or any step

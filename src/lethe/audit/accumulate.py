@@ -38,6 +38,38 @@ def next_slice(items: Iterable[Mapping[str, Any]], n: int, done: set[str]) -> li
     return [it for it in sha_order([it for it in items if it.get("candidate")]) if str(it["id"]) not in done][:n]
 
 
+def parse_backends(text: str) -> tuple[str, ...] | None:
+    """A ``--backends`` value (comma-separated detected backends, e.g. ``triton``) as a tuple in the order given,
+    or None when it names none. ValueError for a name the corpus manifests never record
+    (:data:`lethe.corpora.kbruns.BACKENDS`), so a typo is not an empty slice."""
+    from lethe.corpora.kbruns import BACKENDS
+
+    names = tuple(dict.fromkeys(b.strip() for b in text.split(",") if b.strip()))
+    unknown = [b for b in names if b not in BACKENDS]
+    if unknown:
+        raise ValueError(f"unknown backend(s) {', '.join(unknown)}; detected backends are {', '.join(BACKENDS)}")
+    return names or None
+
+
+def detected_backends(manifest: str | Path) -> dict[str, str | None]:
+    """id -> ``backend_detected`` of a corpus manifest (``run/manifest.jsonl`` of lethe.corpora.kbruns)."""
+    with open(manifest, encoding="utf-8") as fh:
+        return {str(e["id"]): e.get("backend_detected") for e in map(json.loads, filter(str.strip, fh))}
+
+
+def select_backends(items: Iterable[Mapping[str, Any]], detected: Mapping[str, str | None],
+                    backends: Iterable[str]) -> list[Mapping[str, Any]]:
+    """The items whose detected backend is one of ``backends``, in their given order (a Triton-only slice
+    needs no extension build). ValueError for an unknown backend name, or when an item has no recorded
+    backend (a manifest that does not record them cannot be sliced by backend)."""
+    wanted = set(parse_backends(",".join(backends)) or ())
+    items = list(items)
+    missing = [str(it["id"]) for it in items if detected.get(str(it["id"])) is None]
+    if missing:
+        raise ValueError(f"no detected backend recorded for {len(missing)} kernel(s), e.g. {missing[0]}")
+    return [it for it in items if detected[str(it["id"])] in wanted]
+
+
 def finished_builds(work: str | Path) -> set[str]:
     """Ids with a build outcome (built or failed) in a ``lethe audit`` work folder's build logs."""
     out = set()

@@ -225,6 +225,10 @@ def resolve(spec: RunsCorpus, hand: str | os.PathLike[str] | None, cache_dir: st
 # ---------------------------------------------------------------------------------------------------- pairing
 
 
+#: Every name :func:`detect_backend` gives.
+BACKENDS = ("triton", "cute", "tilelang", "cuda", "pytorch", "none")
+
+
 def detect_backend(code: str) -> str:
     """The kernel language a source actually uses, whatever it was asked for: ``triton`` (a ``triton.jit``
     kernel), ``cute`` (CUTLASS's CuTe DSL), ``tilelang``, ``cuda`` (an extension compiled from C++/CUDA source),
