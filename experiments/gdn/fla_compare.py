@@ -2,6 +2,7 @@
 
     python experiments/gdn/fla_compare.py --out $OUT/flacmp --budget-s 480        # on the H200, fla importable
     python experiments/gdn/fla_compare.py --out /tmp/flacmp --dry-run             # CPU, no fla (plumbing)
+    python experiments/gdn/fla_compare.py --parts bench --heads 16,32 --head-tokens 1048576,262144 ...  # a grid
 
 The driver: CLI, the plan's wiring and the output folder (``rows.jsonl``, ``summary.json``, ``provenance.json``;
 ``--append`` adds a run to a folder). What the study measures and how -- the members and calls, the correctness
@@ -23,11 +24,13 @@ from lethe.kernels.gdn.fla_compare import (
     BENCH_IMPLS,
     DRY_BENCH_IMPLS,
     Run,
+    cell_shape,
     log,
     native_in_main,
     plan,
     print_summary,
     resolve_impls,
+    resume_tasks,
     run_meta,
     run_plan,
     setup_env,
@@ -56,8 +59,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--dk", type=int, default=None)
     ap.add_argument("--chunk", type=int, default=None)
     ap.add_argument("--batch", type=int, default=1, help="B of (a)")
-    ap.add_argument("--heads", type=int, default=2, help="H of (a) and (b) (the ladder's H=2)")
-    ap.add_argument("--head-tokens", type=int, default=None, help="B*H*T of (b) (default 2**20; dry run 256)")
+    ap.add_argument("--heads", default="2", help="H of (a) and (b) (the ladder's H=2); a comma-separated list "
+                                                 "makes (b) a grid over them, (a) runs at the first")
+    ap.add_argument("--head-tokens", default=None, help="B*H*T of (b) (default 2**20; dry run 256); a "
+                                                        "comma-separated list makes (b) a grid over them")
+    ap.add_argument("--ours-backend", choices=("triton", "hybrid-tc"), default="triton",
+                    help="the chunk_family backend of 'ours' (hybrid-tc needs the CuTe DSL and the GPU; the "
+                         "scalar-gate member runs its own Triton kernels under both)")
     ap.add_argument("--torch-head-tokens", type=int, default=None, help="B*H*T of our torch-path bench "
                                                                         "(default 2**16; its [.., C, C, K] tensors)")
     ap.add_argument("--dtype", default=None, help="bfloat16 (default) or float16; float32 in the dry run")
@@ -85,6 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="add this run to an --out that already holds a run (rows.jsonl keeps growing; summary.json "
                          "covers every run in it; provenance.json lists the earlier runs under previous_runs), so a "
                          "sweep too long for one device call can be split (e.g. by --dvs, or native cells apart)")
+    ap.add_argument("--resume", action="store_true",
+                    help="implies --append: leave out the cells that the runs already in --out timed (every impl "
+                         "of the cell) or checked, so a second call finishes what a first one's budget left")
     ap.add_argument("--check-gate-rel", type=float, default=0.05,
                     help="an impl whose worst relative error vs the float64 slice (or vs ours where T exceeds "
                          "--slice-check-max-t) exceeds this is not timed (0: gate on non-finite values only); "
@@ -118,7 +129,14 @@ def parse_args(argv=None) -> argparse.Namespace:
                           .split(",")]
     args.dk = args.dk or (16 if dry else 128)
     args.chunk = args.chunk or (16 if dry else 64)
-    args.head_tokens = args.head_tokens or (256 if dry else 2**20)
+    args.bench_heads = [int(x) for x in str(args.heads).split(",") if x]
+    args.heads = args.bench_heads[0]
+    args.bench_head_tokens = [int(x) for x in str(args.head_tokens or (256 if dry else 2**20)).split(",") if x]
+    args.head_tokens = args.bench_head_tokens[0]
+    if args.resume:
+        args.append = True
+    if args.ours_backend != "triton" and dry:
+        raise SystemExit(f"--ours-backend {args.ours_backend} needs the GPU (not --dry-run)")
     args.torch_head_tokens = args.torch_head_tokens or (128 if dry else 2**16)
     args.native_head_tokens = args.native_head_tokens or args.torch_head_tokens
     args.native_lengths = ([int(x) for x in args.native_lengths.split(",") if x] if args.native_lengths is not None
@@ -160,6 +178,8 @@ def main(argv=None) -> dict:
 
     cute = cute_dsl_available()
     bench_impls = resolve_impls(args.impls, args.dry_run, torch.cuda.is_available(), cute)
+    if args.ours_backend == "hybrid-tc" and not cute:
+        raise SystemExit("--ours-backend hybrid-tc needs the CuTe DSL (lethe.kernels.gdn.native.cute_dsl_available())")
     if "native" in bench_impls:
         from lethe.kernels.gdn.native.backend import register
 
@@ -193,7 +213,12 @@ def main(argv=None) -> dict:
     tasks = plan(args.members, args.bench_members, args.dvs, args.lengths, args.bench_lengths, args.parts,
                  torch_bench=not args.no_torch_bench and args.bench_cells != "native",
                  native_lengths=args.native_lengths if native_apart and args.bench_cells != "main" else (),
-                 main_cells=args.bench_cells != "native")
+                 main_cells=args.bench_cells != "native", heads=args.bench_heads, head_tokens=args.bench_head_tokens,
+                 shape=lambda t: cell_shape(args, t))
+    if args.resume:
+        tasks, done = resume_tasks(run, tasks, earlier)
+        run.emit({"kind": "resume", "left_out": done})
+        log(f"resume: {len(done)} cells already in {out} left out")
     complete = run_plan(run, tasks)
     doc = summarize(run, complete=complete)
     provenance.write(out / "provenance.json", **prov, seconds=doc["seconds"], complete=complete,

@@ -103,6 +103,24 @@ def bench_batch(head_tokens: int, H: int, T: int) -> int:
     return max(1, head_tokens // (H * T))
 
 
+def bench_grid(members, dvs, heads, head_tokens, lengths) -> list[tuple]:
+    """The timing sweep's cells as (member, V, T, B, H, head_tokens), in run order: d_v descending, then heads,
+    member, head-tokens and length as given. B comes from :func:`bench_batch`, so where H * T exceeds a requested
+    head-token count B stays at 1 and two grid points can name one shape: it is listed once, under the first
+    point that reaches it. One value of heads and head-tokens gives the sweep of one (d_v, member) after another."""
+    out, seen = [], set()
+    for V in sorted(dvs, reverse=True):
+        for H in heads:
+            for m in members:
+                for ht in head_tokens:
+                    for T in lengths:
+                        B = bench_batch(ht, H, T)
+                        if (m, V, T, B, H) not in seen:
+                            seen.add((m, V, T, B, H))
+                            out.append((m, V, T, B, H, ht))
+    return out
+
+
 def fla_fn(member: str):
     """The fla op of ``member`` as ``f(leaves: dict, scale) -> o`` (fla must be importable)."""
     import importlib

@@ -23,7 +23,7 @@ from pathlib import Path
 from lethe.perf.roofline import roofline_ms
 from lethe.render.tables import Column, render_table
 
-from .bench import bench_batch
+from .bench import bench_batch, bench_grid
 
 #: Implementations the table compares, in column order (the script's "torch" stand-in and its torch-path cells
 #: are not part of the comparison with fla).
@@ -100,13 +100,15 @@ def _run_cells(run: dict) -> list[dict]:
     native_apart = "native" in impls and not native.get("in_main_cells", False)
     which = a.get("bench_cells", "all")
     H = a["heads"]
+    # a grid over heads and head-tokens (runs before it had one value of each)
+    heads, head_tokens = a.get("bench_heads") or [H], a.get("bench_head_tokens") or [a["head_tokens"]]
     out = []
     for m in a["bench_members"]:
         for V in a["dvs"]:
             if which != "native":
-                for T in a["bench_lengths"]:
-                    out.append({"member": m, "V": V, "T": T, "B": bench_batch(a["head_tokens"], H, T), "H": H,
-                                "cell": "bench", "impls": tuple(i for i in impls if i != "native" or not native_apart)})
+                for _, _, T, B, h, ht in bench_grid([m], [V], heads, head_tokens, a["bench_lengths"]):
+                    out.append({"member": m, "V": V, "T": T, "B": B, "H": h, "head_tokens": ht, "cell": "bench",
+                                "impls": tuple(i for i in impls if i != "native" or not native_apart)})
             if native_apart and which != "main" and m in native.get("members", a["bench_members"]):
                 for T in native.get("lengths", []):
                     out.append({"member": m, "V": V, "T": T, "B": bench_batch(native["head_tokens"], H, T), "H": H,
@@ -163,10 +165,10 @@ def _short(text: str, n: int = 160) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def collect(summary: dict, rows: list[dict]) -> list[dict]:
-    """Per planned cell: the ok ``bench`` rows by (impl, mode), the ``bench_check`` row, the cell's counts, the
-    run its numbers come from, and for each impl without numbers the reason (verbatim from the run's rows where
-    it gave one). Where runs overlap, the later row wins."""
+def collect(summary: dict, rows: list[dict], modes: tuple[str, ...] = MODES) -> list[dict]:
+    """Per planned cell: the ok ``bench`` rows by (impl, mode) for ``modes``, the ``bench_check`` row, the cell's
+    counts, the run its numbers come from, and for each impl without numbers the reason (verbatim from the run's
+    rows where it gave one). Where runs overlap, the later row wins."""
     runs = runs_of(summary, rows)
     bench, errors, checks, skips, task_errors, counts, src = {}, {}, {}, {}, {}, {}, {}
     shape_skips: dict[tuple, str] = {}
@@ -208,12 +210,12 @@ def collect(summary: dict, rows: list[dict]) -> list[dict]:
         cell = {**c, "counts": counts.get(k), "check": checks.get(k), "ms": {}, "rows": {}, "why": {},
                 "run": src.get(k, c["runs"][-1])}
         for impl in IMPLS:
-            for mode in MODES:
+            for mode in modes:
                 r = bench.get((k, impl, mode))
                 if r is not None:
                     cell["rows"][(impl, mode)] = r
                     cell["ms"][(impl, mode)] = r["median_ms"]
-            if any((impl, m) in cell["rows"] for m in MODES):
+            if any((impl, m) in cell["rows"] for m in modes):
                 continue
             why = (errors.get((k, impl)) or skips.get((k, impl)) or skips.get((k, None)) or task_errors.get(k)
                    or shape_skips.get((c.get("cell", "bench"), c["member"], c["V"], c["T"])))

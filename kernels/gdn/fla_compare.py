@@ -36,6 +36,14 @@ that ``experiments/gdn/fla_compare.py`` drives (its CLI, the plan's wiring and t
     An implementation whose check fails (non-finite values, or a worst relative error above ``--check-gate-rel``
     against the float64 slice, or against ours where no slice was checked) is not timed: a ``skip`` row says why.
 
+    ``--heads`` and ``--head-tokens`` take comma-separated lists (the shapes models run: 16 and 32 heads, 2**18 and
+    2**20 head-tokens): the sweep then covers every (d_v, H, member, head-tokens, T) in one process, grouped so that
+    each fla tuning (its autotune keys and constexprs include H) is followed by every cell it serves, and a shape
+    two grid points share (B floored at 1) is timed once (:func:`lethe.kernels.gdn.bench.bench_grid`). Part (a)
+    runs at the first H. ``--ours-backend`` picks the backend of "ours" (``triton``, the default, or
+    ``hybrid-tc``, which needs the CuTe DSL; the scalar-gate member runs its own Triton kernels under both).
+    ``--resume`` (implies ``--append``) leaves out the cells an earlier run in the folder already timed.
+
     ``--impls`` picks the implementations of (b) (default: every one available). ``native`` is our
     ``chunk_family(..., backend="native")`` (kernels/gdn/native/backend.py): the torch chunked forward and backward
     with the reverse state scan (K1) replaced by the CuTe DSL kernel. It is included by default only when CUDA and
@@ -92,6 +100,7 @@ from .bench import (
     MEMBERS,
     NATIVE_MEMBERS,
     bench_batch,
+    bench_grid,
     bench_inputs,
     bypass,
     check_row,
@@ -178,27 +187,34 @@ class Task:
     member: str = ""
     V: int = 0
     T: int = 0
-    combos: tuple = ()  # precompile: the (erase, d_v, T) launch sets of the tasks up to the next precompile
+    combos: tuple = ()  # precompile: the launch sets (ours_combos) of the tasks up to the next precompile
+    H: int = 0  # bench cells of a multi-valued grid: their heads and head-tokens (0: the run's --heads/--head-tokens)
+    HT: int = 0
 
     @property
     def name(self) -> str:
-        """The task's name in rows and the log (``bench gdn V=128 T=4096``)."""
+        """The task's name in rows and the log (``bench gdn V=128 T=4096``; ``... H=16 HT=262144`` in a grid)."""
         if self.kind == "ceilings":
             return self.kind
         if self.kind == "precompile":
             return f"precompile {self.V}"
-        return f"{self.kind} {self.member} V={self.V} T={self.T}"
+        return f"{self.kind} {self.member} V={self.V} T={self.T}" + (f" H={self.H} HT={self.HT}" if self.H else "")
 
 
 def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, parts, torch_bench=True,
-         native_lengths=(), main_cells=True) -> list[Task]:
+         native_lengths=(), main_cells=True, heads=(), head_tokens=(), shape=None) -> list[Task]:
     """Priority order. (a) first: the two benchmarked members (gdn, sgdn) at both d_v and both lengths, then the
     other members at d_v = 128 and the short length; (b) the timing sweep, d_v = 128 first, the first length
     first (the one fla is re-tuned at); then the rest of (a) (other members at d_v = 64, the long length);
     then the ``bench_native`` cells (``native_lengths``, empty when native is not timed separately), d_v = 128
     first; last our torch backend at the shortest bench length. ``main_cells=False`` leaves out the sweep itself
     (a run that adds native's cells to an earlier one). ``precompile`` tasks compile our kernels for the tasks
-    that follow them (up to the next one): one before everything, one before the second half of the sweep."""
+    that follow them (up to the next one): one before everything, one before the second half of the sweep.
+    ``heads`` / ``head_tokens`` with more than one value between them make the sweep a grid
+    (:func:`lethe.kernels.gdn.bench.bench_grid`: per d_v, each H's members in turn, every head-token count and
+    length of one (member, H) together); its tasks carry their H and head-tokens. ``shape(task) -> (B, H)``
+    sizes the precompile launch sets (:func:`cell_shape` with the run's options; None: one sequence, the task's H
+    or 1)."""
     tasks: list[Task] = ([Task("ceilings")] if "bench" in parts else []) + [Task("precompile", V=0)]
     a_first, a_rest = [], []
     if "correct" in parts:
@@ -220,10 +236,16 @@ def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, pa
                     if not (V == max(dvs) and T == t0):
                         a_rest.append(t)
     b = []
+    grid = len(heads) > 1 or len(head_tokens) > 1
+    if "bench" in parts and main_cells:
+        if grid:
+            b += [Task("bench", m, V, T, H=H, HT=ht)
+                  for m, V, T, _, H, ht in bench_grid(members_bench, dvs, heads, head_tokens, lengths_bench)]
+        else:
+            for V in sorted(dvs, reverse=True):
+                for m in members_bench:
+                    b += [Task("bench", m, V, T) for T in lengths_bench]
     if "bench" in parts:
-        for V in sorted(dvs, reverse=True):
-            for m in members_bench if main_cells else ():
-                b += [Task("bench", m, V, T) for T in lengths_bench]
         for V in sorted(dvs, reverse=True):
             for m in members_bench:
                 if m in NATIVE_MEMBERS:
@@ -235,11 +257,68 @@ def plan(members_correct, members_bench, dvs, lengths_correct, lengths_bench, pa
     tail = ([t for t in sweep if t.V != max(dvs)] + a_rest + [t for t in b if t.kind == "bench_native"]
             + [t for t in b if t.kind == "bench_torch"])
     out = tasks + a_first + head + ([Task("precompile", V=1)] if tail else []) + tail
-    for i, t in enumerate(out):  # each precompile gets the launch sets of the tasks up to the next one
+    return assign_combos(out, shape)
+
+
+def assign_combos(tasks: list[Task], shape=None) -> list[Task]:
+    """Gives each precompile task the launch sets of the tasks up to the next one (``shape``: as in
+    :func:`plan`); returns ``tasks``."""
+    for i, t in enumerate(tasks):
         if t.kind == "precompile":
-            nxt = next((j for j in range(i + 1, len(out)) if out[j].kind == "precompile"), len(out))
-            t.combos = tuple(ours_combos(out[i + 1:nxt]))
-    return out
+            nxt = next((j for j in range(i + 1, len(tasks)) if tasks[j].kind == "precompile"), len(tasks))
+            t.combos = tuple(ours_combos(tasks[i + 1:nxt], shape))
+    return tasks
+
+
+def cell_shape(args, task: Task) -> tuple[int, int]:
+    """(B, H) a correctness or bench task runs at under the run's options."""
+    if task.kind == "correct":
+        return args.batch, args.heads
+    H = task.H or args.heads
+    ht = {"bench": task.HT or args.head_tokens, "bench_native": args.native_head_tokens,
+          "bench_torch": args.torch_head_tokens}[task.kind]
+    return bench_batch(ht, H, task.T), H
+
+
+def cell_impls(run: Run, task: Task) -> tuple[str, ...]:
+    """The implementations a correctness or bench task times or checks."""
+    if task.kind == "correct":
+        return run.impls
+    if task.kind == "bench":
+        return tuple(i for i in run.bench_impls if i != "native" or native_in_main(run.args))
+    if task.kind == "bench_native":
+        return run.bench_impls
+    return ("torch",) if task.kind == "bench_torch" else ()
+
+
+def resume_tasks(run: Run, tasks: list[Task], earlier: list[dict]) -> tuple[list[Task], list[str]]:
+    """``--resume``: (the tasks still to do, the names of those left out). A bench cell is left out when every
+    implementation it plans has a timed fwd+bwd row at its shape in ``earlier`` (the folder's rows), a
+    correctness cell when every one has an ok ``correct`` row; skipped, failed or unreached cells stay. The
+    precompile tasks are given the launch sets of what is left."""
+    timed, correct = {}, {}
+    for r in earlier:
+        if r.get("kind") == "bench" and r.get("status") == "ok" and r.get("mode") == "fwd+bwd":
+            timed.setdefault((r["member"], r["V"], r["T"], r["B"], r.get("H"), r.get("cell", "bench")),
+                             set()).add(r["impl"])
+        elif r.get("kind") == "correct" and r.get("status") == "ok":
+            correct.setdefault((r["member"], r["V"], r["T"]), set()).add(r["impl"])
+    keep, done = [], []
+    for t in tasks:
+        need = set(cell_impls(run, t))
+        if t.kind == "correct":
+            have = correct.get((t.member, t.V, t.T), set())
+        elif t.kind in ("bench", "bench_native", "bench_torch"):
+            f = task_fields(run, t)
+            have = timed.get((t.member, t.V, t.T, f["B"], f["H"], t.kind), set())
+        else:
+            keep.append(t)
+            continue
+        if need and need <= have:
+            done.append(t.name)
+        else:
+            keep.append(t)
+    return assign_combos(keep, lambda t: cell_shape(run.args, t)), done
 
 
 def estimate_s(run: Run, task: Task) -> float:
@@ -251,13 +330,14 @@ def estimate_s(run: Run, task: Task) -> float:
         return a.est_precompile_s if task.combos else 0.0
     NT = -(-task.T // run.C)
     ours = 1.0 if ("ours", task.V, NT) in run.seen else (6.0 if ("ours", task.V) in run.seen else a.est_ours_compile_s)
-    fla_key = ("fla", task.member, task.V)
-    fla = 2.0 if fla_key in run.seen else a.est_fla_tune_s
+    H = task.H or a.heads
+    # fla's tunings are per H as well (H is in its autotune keys and a constexpr of its kernels)
+    fla = 2.0 if ("fla", task.member, task.V, H) in run.seen else a.est_fla_tune_s
     if task.kind == "correct":
-        fla_c = 2.0 if fla_key in run.seen else a.est_fla_correct_s
+        fla_c = 2.0 if ("fla", task.member, task.V) in run.seen else a.est_fla_correct_s
         return ours + (fla_c if "fla" in run.impls else ours) + 2.0 + 3.0 * task.T / 1024
     if task.kind == "bench":
-        retune = a.est_fla_retune_s if ("fla_tuned_at_bench", task.member, task.V) not in run.seen else 0.0
+        retune = a.est_fla_retune_s if ("fla_tuned_at_bench", task.member, task.V, H) not in run.seen else 0.0
         return ours + fla + retune + a.est_bench_cell_s
     if task.kind == "bench_native":
         # the CuTe kernel is compiled per (B*H, N, d_v, erase): every length at this size is a new binary
@@ -271,20 +351,31 @@ def run_task(run: Run, task: Task) -> None:
     if task.kind == "ceilings":
         measure_ceilings(run)
     elif task.kind == "precompile":
-        precompile_ours(run, [c for c in task.combos if ("ours", c[1], -(-c[2] // run.C), c[0]) not in run.seen])
+        precompile_ours(run, [c for c in task.combos if ("ours_combo", *c) not in run.seen])
     elif task.kind == "correct":
         correctness_cell(run, task.member, task.V, task.T)
     elif task.kind == "bench":
         main = tuple(i for i in run.bench_impls if i != "native" or native_in_main(run.args))
         if "native" in run.bench_impls and "native" not in main:
-            skip_native_at_size(run, task.member, task.V, task.T)
-        bench_cell(run, task.member, task.V, task.T, impls=main)
+            skip_native_at_size(run, task.member, task.V, task.T, heads=task.H or None, head_tokens=task.HT or None)
+        bench_cell(run, task.member, task.V, task.T, impls=main, head_tokens=task.HT or None, heads=task.H or None)
     elif task.kind == "bench_native":
         bench_cell(run, task.member, task.V, task.T, impls=run.bench_impls, head_tokens=run.args.native_head_tokens,
                    cell="bench_native")
     elif task.kind == "bench_torch":
         bench_cell(run, task.member, task.V, task.T, impls=("torch",), head_tokens=run.args.torch_head_tokens,
                    cell="bench_torch")
+
+
+def ours_backend(args) -> str:
+    """The chunk_family backend "ours" stands for (``--ours-backend``; runs before the option: triton)."""
+    return getattr(args, "ours_backend", "triton")
+
+
+def tune_label(member: str, V: int, H: int, args) -> str:
+    """The key of a bench tuning in the meta row's ``fla_tuned_at`` (``gdn V=128``; ``gdn V=128 H=16`` when the
+    sweep covers several H)."""
+    return f"{member} V={V}" + (f" H={H}" if len(getattr(args, "bench_heads", [args.heads])) > 1 else "")
 
 
 def native_in_main(args) -> bool:
@@ -310,60 +401,96 @@ def budget_skip_row(run: Run, task: Task, estimate_s: float) -> dict:
 
 def task_fields(run: Run, task: Task) -> dict:
     """Where a skipped or failed task would have landed in the bench table: member, d_v, T, B, H, cell."""
-    ht = {"bench": run.args.head_tokens, "bench_native": run.args.native_head_tokens,
+    ht = {"bench": task.HT or run.args.head_tokens, "bench_native": run.args.native_head_tokens,
           "bench_torch": run.args.torch_head_tokens}.get(task.kind)
     if ht is None:
         return {}
-    B = bench_batch(ht, run.args.heads, task.T)
+    H = task.H or run.args.heads
+    B = bench_batch(ht, H, task.T)
     # the counts let the table show the floor of a cell that was never timed
-    return {"member": task.member, "V": task.V, "T": task.T, "B": B, "H": run.args.heads, "cell": task.kind,
-            "counts": chunk_counts(task.member, B, run.args.heads, task.T, run.K, task.V, run.C,
-                                   in_bytes=run.dtype.itemsize)}
+    return {"member": task.member, "V": task.V, "T": task.T, "B": B, "H": H, "cell": task.kind, "head_tokens": ht,
+            "counts": chunk_counts(task.member, B, H, task.T, run.K, task.V, run.C, in_bytes=run.dtype.itemsize)}
 
 
 # ----------------------------------------------------------------------------------------------------------
 # our kernels, compiled up front
 
 
-def ours_combos(tasks: list[Task]) -> list[tuple[bool, int, int]]:
-    """(erase, d_v, T) of every Triton launch set the plan will make (the scan kernels take the chunk count as
-    a compile-time constant, so each T is its own binary; the others depend on d_v and erase only)."""
+def ours_combos(tasks: list[Task], shape=None) -> list[tuple[bool, bool, int, int, int, int]]:
+    """(erase, scalar-gate path, d_v, T, B, H) of every Triton launch set the plan will make. A binary is keyed
+    by more than d_v and erase: the scan kernels take the chunk count as a compile-time constant (each T its own),
+    the integer arguments T and H are specialised (1, multiples of 16), some tiles follow B*H (the scans' BV), and
+    the prologue's pointers carry the input dtype; so each cell's own shape is recorded (``shape``: as in
+    :func:`plan`). The scalar-gate member (sgdn: KDA with a per-head g) runs :mod:`.scalar_gate`'s kernels."""
     out = set()
     for t in tasks:
         if t.kind in ("correct", "bench", "bench_native"):
-            out.add((MEMBERS[t.member]["erase"], t.V, t.T))
+            B, H = shape(t) if shape is not None else (1, t.H or 1)
+            spec = MEMBERS[t.member]
+            sg = spec["scalar_gate"] and spec["ours_member"] == "kda"
+            out.add((spec["erase"], sg, t.V, t.T, B, H))
     return sorted(out)
+
+
+def record_ours(run: Run, combos) -> tuple[dict, list[str]]:
+    """({key: LaunchRecord}, errors): every Triton launch our wrappers make for ``combos`` (:func:`ours_combos`),
+    recorded without launching (``lethe.aot.record_launches(execute=False)``), identical ones once. Each combo runs
+    the general Triton path's forward and backward, or the scalar-gate path's for sgdn, on zero device tensors of
+    the cell's shape in the run's dtypes, with a zero final-state gradient as autograd hands the backward one (a
+    compile-time flag of the scans). A combo that cannot be recorded is named in ``errors``."""
+    from lethe.aot import record_launches
+
+    from .fwd_options import DOT_PRECISION_DEFAULT
+    from .scalar_gate import sg_chunk_bwd, sg_chunk_fwd
+    from .triton_bwd import triton_chunk_bwd
+    from .triton_fwd import decay_floor_check_off, triton_chunk_fwd
+
+    recs, errors = {}, []
+    K, dev = run.K, run.device
+
+    def z(*shape, dtype=None):
+        return torch.zeros(*shape, device=dev, dtype=dtype or run.dtype)
+
+    for combo in combos:
+        erase, sg, V, T, B, H = combo
+        B, H = max(1, B), max(1, H)
+        try:
+            with record_launches(execute=False) as launches, decay_floor_check_off():
+                if sg:  # chunk_family(member="kda") with g and beta [B, T, H]: the scalar-gate kernels
+                    q, k, v = z(B, T, H, K), z(B, T, H, K), z(B, T, H, V)
+                    o, S, ctx = sg_chunk_fwd(q, k, v, z(B, T, H, dtype=run.g_dtype), z(B, T, H), K ** -0.5, run.C,
+                                             None, DOT_PRECISION_DEFAULT)
+                    sg_chunk_bwd(torch.zeros_like(o), ctx, torch.zeros_like(S))
+                else:
+                    q, k, v, w = z(B, T, H, K), z(B, T, H, K), z(B, T, H, V), z(B, T, H, V)
+                    g = z(B, T, H, K, dtype=run.g_dtype)
+                    b = z(B, T, H, K) if erase else None
+                    o, S, ctx = triton_chunk_fwd(q, k, v, g, b, w, K ** -0.5, run.C)
+                    triton_chunk_bwd(torch.zeros_like(o), ctx, torch.zeros_like(S))
+            for r in launches:
+                recs.setdefault(launch_key(r), r)
+        except Exception as exc:  # noqa: BLE001 - only time is at stake
+            errors.append(f"{list(combo)}: {type(exc).__name__}: {exc}"[:200])
+    return recs, errors
+
+
+def launch_key(r) -> tuple:
+    """What makes two recorded launches the same binary request: the kernel, its described arguments, its
+    meta-parameters."""
+    return id(r.jit), repr(r.args), repr(sorted(r.kwargs.items()))
 
 
 def precompile_ours(run: Run, combos) -> None:
     """Compile every binary our wrappers will launch, in parallel threads, before anything runs.
 
-    The wrappers run once per combo on small device tensors inside ``lethe.aot.record_launches(execute=False)``
-    (nothing launches; each launch is recorded with its arguments reduced to dtype + alignment), then every
-    recorded launch goes through the JIT's own ``run(..., warmup=True)`` under Triton's AsyncCompileMode, which
-    compiles into the same per-device cache a real launch reads. A failure here only costs time: the first real
-    launch then compiles as usual."""
+    The launches are recorded by :func:`record_ours` (nothing launches; each is kept with its arguments reduced to
+    dtype + alignment), then every distinct one goes through the JIT's own ``run(..., warmup=True)`` under
+    Triton's AsyncCompileMode, which compiles into the same per-device cache a real launch reads. A failure here
+    only costs time: the first real launch then compiles as usual."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from lethe.aot import record_launches
-
-    from .triton_bwd import triton_chunk_bwd
-    from .triton_fwd import decay_floor_check_off, triton_chunk_fwd
-
     t0 = time.perf_counter()
-    recs = []
-    K, dev = run.K, run.device
-
-    def z(*shape):
-        return torch.zeros(*shape, device=dev)
-
-    for erase, V, T in combos:
-        q, k, v, g, w = z(1, T, 1, K), z(1, T, 1, K), z(1, T, 1, V), z(1, T, 1, K), z(1, T, 1, V)
-        b = z(1, T, 1, K) if erase else None
-        with record_launches(execute=False) as launches, decay_floor_check_off():
-            o, _, ctx = triton_chunk_fwd(q, k, v, g, b, w, chunk=run.C)
-            triton_chunk_bwd(torch.zeros_like(o), ctx)
-        recs += launches
+    recs, record_errors = record_ours(run, combos)
     t_rec = time.perf_counter() - t0
     err = None
     if run.device == "cuda":
@@ -371,19 +498,21 @@ def precompile_ours(run: Run, combos) -> None:
             from triton.runtime._async_compile import AsyncCompileMode
 
             with ThreadPoolExecutor(max_workers=run.args.fla_workers) as ex, AsyncCompileMode(ex, ignore_errors=True):
-                for r in recs:
+                for r in recs.values():
                     r.jit.run(*r.args, grid=(1,), warmup=True, **r.kwargs)
         except Exception as exc:  # noqa: BLE001 - only time is at stake
             err = f"{type(exc).__name__}: {exc}"[:300]
-    run.seen.update(("ours", V) for _, V, _ in combos)
-    run.seen.update(("ours", V, -(-T // run.C)) for _, V, T in combos)
-    run.seen.update(("ours", V, -(-T // run.C), erase) for erase, V, T in combos)
+        torch.cuda.empty_cache()
+    run.seen.update(("ours", c[2]) for c in combos)
+    run.seen.update(("ours", c[2], -(-c[3] // run.C)) for c in combos)
+    run.seen.update(("ours_combo", *c) for c in combos)
     run.emit({"kind": "precompile", "impl": "ours", "combos": [list(c) for c in combos], "launches": len(recs),
-              "distinct_kernels": len({(r.jit.fn.__name__, repr(sorted(r.kwargs.items()))) for r in recs}),
+              "distinct_kernels": len({(r.jit.fn.__name__, repr(sorted(r.kwargs.items()))) for r in recs.values()}),
               "record_s": round(t_rec, 2), "seconds": round(time.perf_counter() - t0, 2), "error": err,
-              "executed": run.device == "cuda"})
-    log(f"precompiled our kernels: {len(recs)} launches over {len(combos)} shapes in "
-        f"{time.perf_counter() - t0:.1f} s{' (' + err + ')' if err else ''}")
+              "record_errors": record_errors, "executed": run.device == "cuda"})
+    log(f"precompiled our kernels: {len(recs)} distinct launches over {len(combos)} shapes in "
+        f"{time.perf_counter() - t0:.1f} s{' (' + err + ')' if err else ''}"
+        + (f"; {len(record_errors)} shapes not recorded: {record_errors[0]}" if record_errors else ""))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -412,7 +541,7 @@ def _impl_call(run: Run, impl: str, member: str):
     if impl == "fla":
         return fla_fn(member), MEMBERS[member]["guarded"]
     if impl == "ours":
-        return ours_fn(member, "triton", run.C), False
+        return ours_fn(member, ours_backend(run.args), run.C), False
     if impl == "torch":
         return ours_fn(member, "torch", run.C), False
     if impl == "native":
@@ -461,7 +590,7 @@ def correctness_cell(run: Run, member: str, V: int, T: int) -> None:
     low, do = _inputs_correct(run, member, V, T)
     base = {"member": member, "fla_op": MEMBERS[member]["fla_op"], "V": V, "T": T, "B": a.batch, "H": a.heads,
             "K": run.K, "chunk": run.C, "dtype": str(run.dtype).replace("torch.", ""),
-            "g_dtype": str(run.g_dtype).replace("torch.", "")}
+            "g_dtype": str(run.g_dtype).replace("torch.", ""), "ours_backend": ours_backend(a)}
     # float64 oracle on exactly the rounded values every implementation receives
     t0 = time.perf_counter()
     odev = a.oracle_device or run.device
@@ -500,7 +629,7 @@ def correctness_cell(run: Run, member: str, V: int, T: int) -> None:
             run.emit({"kind": "correct", "impl": impl, **base, "status": "error",
                       "error": f"{type(exc).__name__}: {exc}"[:600], "trace": traceback.format_exc()[-1500:]})
             continue
-        run.seen.update({key, (impl, V, -(-T // run.C))} if impl != "fla" else {key})
+        run.seen.update({key, (impl, V, -(-T // run.C))} if impl != "fla" else {key, (*key, a.heads)})
         got = {"o": o, **grads}
         errs = {n: rel_err(got[n].to(ref_t[n].device), ref_t[n]) for n in ref_t}
         worst = max(errs, key=errs.get)
@@ -565,15 +694,18 @@ def _slice_check(run: Run, member: str, leaves: dict, do: torch.Tensor, results:
 
 
 def bench_base(run: Run, member: str, V: int, T: int, head_tokens: int | None = None,
-               cell: str = "bench") -> tuple[int, dict, dict]:
-    """(B, chunk_counts, the fields every row of this cell carries)."""
+               cell: str = "bench", heads: int | None = None) -> tuple[int, dict, dict]:
+    """(B, chunk_counts, the fields every row of this cell carries); ``heads`` / ``head_tokens`` default to the
+    run's --heads / --head-tokens (their first values)."""
     a = run.args
-    H = a.heads
-    B = bench_batch(head_tokens or a.head_tokens, H, T)
+    H = heads or a.heads
+    ht = head_tokens or a.head_tokens
+    B = bench_batch(ht, H, T)
     counts = chunk_counts(member, B, H, T, run.K, V, run.C, in_bytes=run.dtype.itemsize)
     base = {"member": member, "fla_op": MEMBERS[member]["fla_op"], "V": V, "T": T, "B": B, "H": H, "K": run.K,
             "chunk": run.C, "dtype": str(run.dtype).replace("torch.", ""),
-            "g_dtype": str(run.g_dtype).replace("torch.", ""), "cell": cell, "counts": counts}
+            "g_dtype": str(run.g_dtype).replace("torch.", ""), "cell": cell, "head_tokens": ht,
+            "ours_backend": ours_backend(a), "counts": counts}
     return B, counts, base
 
 
@@ -582,9 +714,10 @@ def native_pair_gib(counts: dict, K: int) -> float:
     return counts["chunks"] * counts["C"] ** 2 * K * 4 / 2**30
 
 
-def skip_native_at_size(run: Run, member: str, V: int, T: int) -> None:
+def skip_native_at_size(run: Run, member: str, V: int, T: int, heads: int | None = None,
+                        head_tokens: int | None = None) -> None:
     """The ``skip`` row for native in a main cell too large for its torch chunked forward."""
-    _, counts, base = bench_base(run, member, V, T)
+    _, counts, base = bench_base(run, member, V, T, head_tokens, heads=heads)
     a = run.args
     run.emit({"kind": "skip", "task": f"timing native {member} V={V} T={T}", "impl": "native", **base,
               "reason": f"native not run at B*H*T = {a.head_tokens}: its torch chunked forward makes [B,H,N,C,C,K] "
@@ -631,20 +764,20 @@ def timing_rows(run: Run, impl: str, base: dict, counts: dict, samples: dict, re
         row.update(floor_spec_ms=fs, over_floor_spec=med / fs)
         if impl == "fla" and run.policy is not None:
             row["fla_autotune"] = {**run.policy.describe(), "tuned_at": run.meta.get("fla_tuned_at", {}).get(
-                f"{base['member']} V={base['V']}"), "retune": a.fla_retune}
+                tune_label(base["member"], base["V"], base["H"], a)), "retune": a.fla_retune}
         rows.append(row)
     return rows
 
 
 def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | None = None,
-               cell: str = "bench") -> None:
+               cell: str = "bench", heads: int | None = None) -> None:
     """Part (b) at one (member, d_v, T) and size: a first call per impl (compile / tune), the correctness check at
     that size (a ``bench_check`` row), then the timing of each impl that passed (three ``bench`` rows each) or a
-    ``skip`` / ``error`` row saying why not."""
+    ``skip`` / ``error`` row saying why not. fla re-tunes at the first cell of each (member, d_v, H)."""
     a = run.args
     scale = run.K ** -0.5
-    B, counts, base = bench_base(run, member, V, T, head_tokens, cell)
-    H = a.heads
+    B, counts, base = bench_base(run, member, V, T, head_tokens, cell, heads=heads)
+    H = base["H"]
     # our kernels index with 32-bit offsets: B*H*T_pad*max(K, V) and chunks*K*V must stay below 2**31
     if max(counts["chunks"] * run.C * max(run.K, V), counts["chunks"] * run.K * V) >= 2**31:
         run.emit({"kind": "skip", "task": f"{cell} {member} V={V} T={T}", "reason": "int32 offsets in our kernels",
@@ -655,18 +788,18 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
         torch.cuda.reset_peak_memory_stats()
     sets = [bench_inputs(member, B, T, H, run.K, V, run.dtype, run.g_dtype, a.seed + 1000 + i, run.device)
             for i in range(a.sets)]
-    # fla re-tunes at a bench shape (its autotune keys ignore T, and B except in the cumsum kernels), with its
-    # full config lists unless capped
+    # fla re-tunes at a bench shape (its autotune keys ignore T, and B except in the cumsum kernels; they hold H,
+    # which its kernels also take as a constexpr), with its full config lists unless capped
     retuned = False
     if "fla" in impls and run.policy is not None:
-        tkey = ("fla_tuned_at_bench", member, V)
+        tkey = ("fla_tuned_at_bench", member, V, H)
         run.policy.set_max_configs(run.meta.get("bench_max_configs", a.fla_max_configs), "bench phase")
         if a.fla_retune == "per-size" or tkey not in run.seen:
             retuned = True
             run.policy.phase = f"bench {member} V={V} T={T}"
             run.policy.reset(f"re-tune at bench shape B={B} T={T}")
             run.seen.add(tkey)
-            run.meta.setdefault("fla_tuned_at", {})[f"{member} V={V}"] = {"B": B, "T": T, "H": H}
+            run.meta.setdefault("fla_tuned_at", {})[tune_label(member, V, H, a)] = {"B": B, "T": T, "H": H}
     # 1) first call per impl (compile / tune), results kept for the correctness check at this size
     first, results, extra = {}, {}, {}
     for impl in impls:
@@ -683,7 +816,7 @@ def bench_cell(run: Run, member: str, V: int, T: int, impls, head_tokens: int | 
         extra[impl] = native_labels(run, k1["calls"]) if impl == "native" else {}
         if impl == "fla" and retuned:
             _maybe_cap_fla(run, secs, member, V)
-        run.seen.add(("fla", member, V) if impl == "fla" else (impl, V))
+        run.seen.update({("fla", member, V), ("fla", member, V, H)} if impl == "fla" else {(impl, V)})
         if impl != "fla":
             run.seen.add((impl, V, -(-T // run.C)))
         if impl == "native":
@@ -798,8 +931,9 @@ def caveats(run: Run) -> list[str]:
     if used:
         out.append(f"fla's #640 guard was bypassed (lethe.foreign.fla640.bypass) for: {used}; at K=128 the guarded "
                    "kernel uses BK=128, the tile #640 reports clean; the correctness rows check it.")
-    out.append("ours: chunk_family(backend='triton'); times include its torch prologue/epilogue (float32 "
-               "conversions, chunk cumsum, gate products), its gradients are returned in the input dtype.")
+    out.append(f"ours: chunk_family(backend='{ours_backend(run.args)}') (the scalar-gate member on its own Triton "
+               "kernels); times include its torch prologue/epilogue (float32 conversions, chunk cumsum, gate "
+               "products), its gradients are returned in the input dtype.")
     if "native" in run.bench_impls:
         k1 = sorted({r.get("native_k1") for r in run.rows if r.get("kind") == "bench" and r.get("impl") == "native"
                      and r.get("status") == "ok"})
@@ -819,12 +953,13 @@ def summarize(run: Run, complete: bool) -> dict:
     corr = [r for r in run.rows if r["kind"] == "correct"]
     bench = [r for r in run.rows if r["kind"] == "bench" and r.get("status") == "ok"]
     by = {}
-    for r in bench:  # B is part of the key: bench_native cells time ours and fla again at a smaller size
-        by.setdefault((r["member"], r["V"], r["T"], r["B"], r["mode"]), {})[r["impl"]] = r["median_ms"]
-    speed = [{"member": m, "V": V, "T": T, "B": B, "mode": mode, **{f"{k}_ms": v for k, v in d.items()},
+    for r in bench:  # B and H are part of the key: bench_native cells time ours and fla again at a smaller size,
+        # and a grid over heads has shapes that differ in H alone (B = 1 at T = 32768)
+        by.setdefault((r["member"], r["V"], r["T"], r["B"], r.get("H") or 0, r["mode"]), {})[r["impl"]] = r["median_ms"]
+    speed = [{"member": m, "V": V, "T": T, "B": B, "H": H, "mode": mode, **{f"{k}_ms": v for k, v in d.items()},
               **({"fla_over_ours": d["fla"] / d["ours"]} if "fla" in d and "ours" in d else {}),
               **({"native_over_fla": d["native"] / d["fla"]} if "fla" in d and "native" in d else {})}
-             for (m, V, T, B, mode), d in sorted(by.items())]
+             for (m, V, T, B, H, mode), d in sorted(by.items())]
     doc = {
         "schema": SCHEMA, "complete": complete, "seconds": round(time.perf_counter() - run.t0, 1),
         "args": {k: v for k, v in vars(run.args).items()}, "meta": run.meta, "ceilings": run.ceilings,

@@ -35,6 +35,11 @@ _GDN_FLACMP = _gdn_os.path.exists(
 _GDN_FLABENCH = _gdn_os.path.exists(
     _gdn_os.path.join(workflow.basedir, "results", "gdn", "fla_bench", "summary.json")
 )
+# the model-shape grid's current result (rule gdn_model_shapes), named in config; its table is a target only once
+# that result is committed, so a fresh clone's default target does not ask for a GPU run
+_GDN_MODEL = config.get("results", {}).get("gdn_model_shapes", "results/gdn/model_shapes/summary.json")
+_GDN_MODEL_DIR = _gdn_os.path.dirname(_GDN_MODEL)
+_GDN_MODEL_ON = _gdn_os.path.exists(_gdn_os.path.join(workflow.basedir, _GDN_MODEL))
 
 RENDER_TARGETS.extend(
     ([f"paper/tables/gdn_ladder.{ext}" for ext in ("md", "tex")] if _GDN_LADDER else [])
@@ -56,6 +61,7 @@ RENDER_TARGETS.extend(
         if _GDN_FLABENCH
         else []
     )
+    + ([f"paper/tables/gdn_model_shapes.{ext}" for ext in ("md", "tex", "json")] if _GDN_MODEL_ON else [])
 )
 
 
@@ -220,5 +226,26 @@ rule gdn_fla_bench_render:
         table="fla_bench",
     log:
         "logs/gdn/fla_bench_render.log",
+    script:
+        "../scripts/gdn_render.py"
+
+
+# The model-shape table (16/32 heads, 2^18/2^20 head-tokens, T 2k-32k, d_v 64/128) and its data file, which the
+# README's model-shape figures read (lethe.render.docvalues).
+rule gdn_model_shapes_table:
+    conda:
+        CONDA_ENV
+    input:
+        summary=_GDN_MODEL,
+        rows=f"{_GDN_MODEL_DIR}/rows.jsonl",
+        provenance=f"{_GDN_MODEL_DIR}/provenance.json",
+    output:
+        md="paper/tables/gdn_model_shapes.md",
+        tex="paper/tables/gdn_model_shapes.tex",
+        json="paper/tables/gdn_model_shapes.json",
+    params:
+        table="model_shapes",
+    log:
+        "logs/gdn/model_shapes_table.log",
     script:
         "../scripts/gdn_render.py"

@@ -167,29 +167,31 @@ rule gdn_fla_bench:
 
 
 # The GDN-speed issue's grid at the shapes models run (16 and 32 heads; B*H*T of 2^18 and 2^20; T of 2k-32k;
-# d_v 64 and 128; bf16): fla 0.6.0 fully autotuned against ours in the same call, correctness first. One
-# fla_compare bench per (heads, head-tokens), each its own folder, so a call cut short keeps what finished.
+# d_v 64 and 128; bf16): fla 0.6.0 fully autotuned against ours in the same call, correctness first, every cell
+# checked against a float64 slice. One process for the whole grid (fla tunes once per member, d_v and H; the
+# budget stops it cleanly). The same command with --resume added, run directly (Snakemake clears a rule's outputs
+# before running it), times what a first call left into the same folder. Table: rule gdn_model_shapes_table.
 rule gdn_model_shapes:
     conda:
         CONDA_ENV
     input:
         script="experiments/gdn/fla_compare.py",
     output:
-        summary="results/gdn/model_shapes/h{heads}_ht{ht}/summary.json",
-    wildcard_constraints:
-        heads="16|32",
-        ht="262144|1048576",
+        summary="results/gdn/model_shapes/summary.json",
+        rows="results/gdn/model_shapes/rows.jsonl",
+        provenance="results/gdn/model_shapes/provenance.json",
     params:
         out=lambda w, output: os.path.dirname(output.summary),
         args=GPU_ARGS.get("gdn_model_shapes", ""),
     log:
-        "logs/gdn/model_shapes_h{heads}_ht{ht}.log",
+        "logs/gdn/model_shapes.log",
     resources:
         gpu=1,
     shell:
-        "bash workflow/scripts/with_fla.sh python3 {input.script} --parts bench --heads {wildcards.heads} "
-        "--head-tokens {wildcards.ht} --bench-lengths 2048,4096,8192,32768 --dvs 128,64 --out {params.out} "
-        "{params.args} > {log} 2>&1"
+        "bash workflow/scripts/with_fla.sh python3 {input.script} --parts bench --impls ours,fla --no-torch-bench "
+        "--bench-members gdn,sgdn --heads 16,32 --head-tokens 1048576,262144 --bench-lengths 2048,4096,8192,32768 "
+        "--dvs 128,64 --slice-check-max-t 32768 --est-fla-tune-s 40 --est-fla-retune-s 10 --est-bench-cell-s 6 "
+        "--est-ours-compile-s 5 --est-precompile-s 20 --out {params.out} {params.args} > {log} 2>&1"
 
 
 rule gdn_intra_precision:

@@ -1,5 +1,5 @@
-"""Render rule script: the GDN ladder, family-training and fla-comparison tables, and the fla timing table and
-figure, from results/gdn/."""
+"""Render rule script: the GDN ladder, family-training and fla-comparison tables, the fla timing table and
+figure, and the model-shape table with its data file, from results/gdn/."""
 
 import json
 from pathlib import Path
@@ -21,6 +21,12 @@ elif snakemake.params.table == "fla_bench":
     summary, provenance, rows = fla_bench.load_run(Path(snakemake.input.summary).parent)
     fla_bench.render_fla_bench(summary, provenance, rows, out.md, out.tex)
     fla_bench.render_fla_bench_figure(summary, rows, Path(out.png).parent, Path(out.png).stem)
+elif snakemake.params.table == "model_shapes":
+    from lethe.kernels.gdn import model_shapes
+
+    model_shapes.render_model_shapes(json.loads(Path(snakemake.input.summary).read_text()),
+                                     json.loads(Path(snakemake.input.provenance).read_text()),
+                                     fla_bench.read_rows(snakemake.input.rows), out.md, out.tex, out.json)
 elif snakemake.params.table == "intra_precision":
     rows = [json.loads(line) for line in Path(snakemake.input.rows).read_text().splitlines() if line.strip()]
     tables.render_intra_precision(json.loads(Path(snakemake.input.summary).read_text()),

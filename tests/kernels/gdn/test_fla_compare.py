@@ -66,13 +66,153 @@ def test_plan_priority(fc, lib):
     assert bench[:4] == [f"bench gdn V=128 T={T}" for T in (4096, 1024, 16384, 32768)]
     assert bench[4].startswith("bench sgdn V=128") and bench[8].startswith("bench gdn V=64")
     assert names[-1].startswith("bench_torch") and len(names) == len(set(names))
-    combos = lib.ours_combos(tasks)
-    assert (True, 128, 32768) in combos and (False, 128, 1024) in combos and (False, 128, 32768) not in combos
+    combos = lib.ours_combos(tasks)  # (erase, scalar-gate path, d_v, T, B, H); no shape given: one sequence
+    assert (True, False, 128, 32768, 1, 1) in combos and (False, False, 128, 1024, 1, 1) in combos
+    assert (False, False, 128, 32768, 1, 1) not in combos  # the members without erase are in (a) at 1024, 4096
+    assert (True, True, 128, 4096, 1, 1) in combos  # sgdn's own kernels
     # our kernels are compiled in two batches: what runs first, then (before the d_v = 64 sweep) the rest
     assert names[names.index("bench gdn V=64 T=4096") - 1] == "precompile 1"
     p0, p1 = (t.combos for t in tasks if t.kind == "precompile")
-    assert (True, 128, 32768) in p0 and (True, 64, 1024) in p0 and (True, 64, 32768) not in p0
-    assert (True, 64, 32768) in p1 and (False, 64, 1024) in p1 and set(p0) | set(p1) == set(combos)
+    assert (True, False, 128, 32768, 1, 1) in p0 and (True, False, 64, 1024, 1, 1) in p0
+    assert (True, False, 64, 32768, 1, 1) not in p0
+    assert (True, False, 64, 32768, 1, 1) in p1 and (False, False, 64, 1024, 1, 1) in p1
+    assert set(p0) | set(p1) == set(combos)
+    # the driver passes its --heads and the cells' shapes: one value keeps the sweep above
+    same = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts, heads=[2],
+                    head_tokens=[2**20], shape=lambda t: lib.cell_shape(a, t))
+    assert [t.name for t in same] == names
+    shapes = {(c[3], c[4], c[5]) for t in same if t.kind == "precompile" for c in t.combos}
+    assert (4096, 2**20 // (2 * 4096), 2) in shapes and (1024, 1, 2) in shapes  # a bench cell, a correctness cell
+
+
+def test_model_shape_grid(fc, lib):
+    """--heads and --head-tokens lists: one process covers the grid, each (d_v, H, member) group whole (fla tunes
+    once per group), a shape two grid points share once, (a) at the first H; precompiles at each task's H."""
+    a = fc.parse_args(["--out", "x", "--parts", "bench", "--heads", "16,32", "--head-tokens", "1048576,262144",
+                       "--bench-lengths", "2048,4096,8192,32768", "--dvs", "128,64", "--no-torch-bench"])
+    assert (a.heads, a.bench_heads, a.head_tokens, a.bench_head_tokens) == (16, [16, 32], 2**20, [2**20, 2**18])
+    tasks = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts, torch_bench=False,
+                     heads=a.bench_heads, head_tokens=a.bench_head_tokens)
+    bench = [t for t in tasks if t.kind == "bench"]
+    # 2 members x 2 d_v x (8 cells at H = 16, 7 at H = 32: its 2^18 point at T = 32768 is the 2^20 one, B = 1)
+    assert len(bench) == 2 * 2 * (8 + 7) and len({t.name for t in bench}) == len(bench)
+    assert bench[0].name == "bench gdn V=128 T=2048 H=16 HT=1048576"
+    groups = [(t.V, t.H, t.member) for t in bench]
+    assert groups == sorted(groups, key=lambda g: (-g[0], g[1], ["gdn", "sgdn"].index(g[2])))
+    firsts = [i for i in range(len(bench)) if i == 0 or groups[i] != groups[i - 1]]
+    assert len(firsts) == 8  # one fla tuning per (d_v, H, member)
+    assert not any(t.H == 32 and t.HT == 2**18 and t.T == 32768 for t in bench)
+    assert [t.kind for t in tasks[:2]] == ["ceilings", "precompile"] and tasks[2] is bench[0]
+    p0, p1 = (t.combos for t in tasks if t.kind == "precompile")
+    assert {(c[2], c[5]) for c in p0} == {(128, 16), (128, 32)} and {(c[2], c[5]) for c in p1} == {(64, 16), (64, 32)}
+    sized = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts, torch_bench=False,
+                     heads=a.bench_heads, head_tokens=a.bench_head_tokens, shape=lambda t: lib.cell_shape(a, t))
+    p0 = next(t.combos for t in sized if t.kind == "precompile")
+    # one launch set per cell shape and path: 15 (T, B, H) shapes at d_v 128, general (gdn) and scalar-gate (sgdn)
+    assert len(p0) == 2 * 15 and (True, True, 128, 2048, 32, 16) in p0 and (True, False, 128, 32768, 1, 32) in p0
+    import torch
+
+    run = lib.Run(args=a, out=Path("x"), device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
+                  impls=("ours", "fla"), bench_impls=("ours", "fla"))
+    f = lib.task_fields(run, bench[0])
+    assert (f["B"], f["H"], f["head_tokens"]) == (32, 16, 2**20)
+    cold = lib.estimate_s(run, bench[0])
+    run.seen |= {("fla", "gdn", 128, 16), ("fla_tuned_at_bench", "gdn", 128, 16)}
+    assert lib.estimate_s(run, bench[0]) == cold - a.est_fla_tune_s - a.est_fla_retune_s + 2.0
+    h32 = next(t for t in bench if t.H == 32 and t.member == "gdn")
+    assert lib.estimate_s(run, h32) == cold  # a new H is a new fla tuning
+    assert lib.tune_label("gdn", 128, 16, a) == "gdn V=128 H=16"
+    assert lib.tune_label("gdn", 128, 2, fc.parse_args(["--out", "x"])) == "gdn V=128"
+
+
+def test_resume_leaves_out_what_an_earlier_run_timed(fc, lib, tmp_path):
+    a = fc.parse_args(["--out", str(tmp_path), "--parts", "bench", "--heads", "16,32", "--head-tokens", "262144",
+                       "--bench-lengths", "2048,4096", "--dvs", "128", "--bench-members", "sgdn", "--resume"])
+    assert a.append
+    import torch
+
+    run = lib.Run(args=a, out=tmp_path, device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128, C=64,
+                  impls=("ours", "fla"), bench_impls=("ours", "fla"))
+    tasks = lib.plan(a.members, a.bench_members, a.dvs, a.lengths, a.bench_lengths, a.parts, torch_bench=False,
+                     heads=a.bench_heads, head_tokens=a.bench_head_tokens)
+    assert [t.name for t in tasks if t.kind == "bench"] == [
+        f"bench sgdn V=128 T={T} H={H} HT=262144" for H in (16, 32) for T in (2048, 4096)]
+
+    def row(impl, T, H, mode="fwd+bwd", status="ok"):
+        return {"kind": "bench", "impl": impl, "member": "sgdn", "V": 128, "T": T, "B": 2**18 // (H * T), "H": H,
+                "cell": "bench", "mode": mode, "status": status}
+
+    earlier = [row("ours", 2048, 16), row("fla", 2048, 16),  # done
+               row("ours", 4096, 16),  # fla missing: stays
+               row("ours", 2048, 32, "fwd"), row("fla", 2048, 32, "fwd"),  # no fwd+bwd row: stays
+               row("ours", 4096, 32, status="error"), row("fla", 4096, 32)]
+    keep, done = lib.resume_tasks(run, tasks, earlier)
+    assert done == ["bench sgdn V=128 T=2048 H=16 HT=262144"]
+    assert [t.name for t in keep if t.kind == "bench"] == [
+        "bench sgdn V=128 T=4096 H=16 HT=262144", "bench sgdn V=128 T=2048 H=32 HT=262144",
+        "bench sgdn V=128 T=4096 H=32 HT=262144"]
+    pre = next(t for t in keep if t.kind == "precompile")
+    assert (True, True, 128, 2048, 8, 16) not in pre.combos and (True, True, 128, 4096, 4, 16) in pre.combos
+
+
+_RECORD = """
+import json, os, sys, torch
+from pathlib import Path
+from experiments.gdn.fla_compare import parse_args
+from lethe.aot import record_launches
+from lethe.kernels.gdn import autograd as AG
+from lethe.kernels.gdn import fla_compare as L
+from lethe.kernels.gdn.bench import bench_inputs, ours_fn
+from lethe.kernels.gdn.triton_fwd import decay_floor_check_off
+
+args = parse_args(["--out", sys.argv[1], "--parts", "bench"])
+run = L.Run(args=args, out=Path(sys.argv[1]), device="cpu", dtype=torch.bfloat16, g_dtype=torch.bfloat16, K=128,
+            C=64, impls=("ours", "fla"), bench_impls=("ours", "fla"))
+applies = AG.scalar_gate_applies
+
+
+def on_cpu(*a, **k):  # the dispatch's CUDA-or-interpreter test, passed for this recording on the CPU
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        return applies(*a, **k)
+    finally:
+        del os.environ["TRITON_INTERPRET"]
+
+
+AG.scalar_gate_applies = on_cpu
+res = {}
+for member, sg in (("gdn", False), ("sgdn", True)):
+    B, T, H, V = 2, 128, 16, 64
+    leaves, do = bench_inputs(member, B, T, H, 128, V, torch.bfloat16, torch.bfloat16, 1, "cpu")
+    # nothing runs, so the host-side decay check would read unwritten memory: off, as in the precompile
+    with record_launches(execute=False) as real, decay_floor_check_off():
+        o = ours_fn(member, "triton", 64)(leaves, 128 ** -0.5)
+        torch.autograd.grad(o, list(leaves.values()), do)
+    want = {L.launch_key(r)[1:] + (r.jit.fn.__name__,) for r in real}
+    for shape in ((B, H), (1, 1)):
+        pre, errs = L.record_ours(run, [(True, sg, V, T, *shape)])
+        got = {k[1:] + (r.jit.fn.__name__,) for k, r in pre.items()}
+        res[f"{member} {shape}"] = {"real": len(want), "missing": sorted(x[-1] for x in want - got), "errors": errs}
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.slow
+def test_precompile_records_what_the_cell_launches(tmp_path):
+    """What the precompile records for a cell's shape is exactly what that cell's forward + backward launches
+    (every kernel with the same arguments' specialisation and meta-parameters), for the general path (gdn) and
+    the scalar-gate path (sgdn); recorded at one sequence of one head instead, most of them would differ. A
+    fresh process without TRITON_INTERPRET, where the kernels are JIT functions; nothing is launched."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", TRITON_CACHE_DIR=str(tmp_path / "tc"))
+    out = subprocess.run([sys.executable, "-c", _RECORD, str(tmp_path)], capture_output=True, text=True, env=env,
+                         cwd=ROOT, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    for member in ("gdn", "sgdn"):
+        cell, single = res[f"{member} (2, 16)"], res[f"{member} (1, 1)"]
+        assert cell["real"] >= 8 and cell["missing"] == [] and cell["errors"] == []
+        assert len(single["missing"]) >= 3
 
 
 # ---------------------------------------------------------------------------------------------- end to end
@@ -288,13 +428,16 @@ def test_estimates_shrink_with_what_is_compiled_and_tuned(fc, lib, tmp_path):
     bench, corr = lib.Task("bench", "gdn", 128, 4096), lib.Task("correct", "gdn", 128, 1024)
     assert lib.estimate_s(run, lib.Task("ceilings")) == 10.0
     assert lib.estimate_s(run, lib.Task("precompile", V=0)) == 0.0  # nothing to compile
-    assert lib.estimate_s(run, lib.Task("precompile", V=0, combos=((True, 128, 4096),))) == a.est_precompile_s
+    assert lib.estimate_s(run, lib.Task("precompile", V=0, combos=((True, False, 128, 4096, 128, 2),))) == (
+        a.est_precompile_s)
     cold = lib.estimate_s(run, bench)
     assert cold == a.est_ours_compile_s + a.est_fla_tune_s + a.est_fla_retune_s + a.est_bench_cell_s
-    run.seen |= {("ours", 128), ("fla", "gdn", 128), ("fla_tuned_at_bench", "gdn", 128)}
+    run.seen |= {("ours", 128), ("fla", "gdn", 128, 2), ("fla_tuned_at_bench", "gdn", 128, 2)}
     assert lib.estimate_s(run, bench) == 6.0 + 2.0 + a.est_bench_cell_s
     run.seen.add(("ours", 128, 4096 // 64))
     assert lib.estimate_s(run, bench) == 1.0 + 2.0 + a.est_bench_cell_s
+    assert lib.estimate_s(run, corr) == 6.0 + a.est_fla_correct_s + 2.0 + 3.0  # (a) counts its own fla tuning
+    run.seen.add(("fla", "gdn", 128))
     assert lib.estimate_s(run, corr) == 6.0 + 2.0 + 2.0 + 3.0  # ours compiled for d_v only, fla tuned
 
 
@@ -365,4 +508,10 @@ def test_summary_ratios_per_cell_and_size(fc, lib, tmp_path):
     assert doc["schema"] == lib.SCHEMA == "lethe.gdn.fla_compare/1" and doc["runs"] == 1
     assert [(s["B"], s["fla_over_ours"], s["native_over_fla"]) for s in doc["speed"]] == [(1, 2 / 3, 4.0),
                                                                                            (2, 2 / 3, 4.0)]
+    for H in (16, 32):  # shapes that differ in H alone (B = 1) stay apart
+        for impl in ("ours", "fla"):
+            run.rows.append({"kind": "bench", "status": "ok", "impl": impl, "member": "sgdn", "V": 64, "T": 32768,
+                             "B": 1, "H": H, "mode": "fwd+bwd", "median_ms": H * (2.0 if impl == "ours" else 1.0)})
+    doc = lib.summarize(run, complete=True)
+    assert [(s["H"], s["fla_over_ours"]) for s in doc["speed"] if s["member"] == "sgdn"] == [(16, 0.5), (32, 0.5)]
     assert json.loads((tmp_path / "summary.json").read_text())["speed"] == doc["speed"]
