@@ -86,3 +86,35 @@ def test_off_without_isolation(tmp_path, monkeypatch):
     monkeypatch.setattr(isolation, "unavailable_reason", lambda: None)
     monkeypatch.setenv("LETHE_REF_CACHE", "off")
     assert refcache.cache_dir() is None
+
+
+def _store(name: str, nbytes: int) -> bool:
+    import numpy as np
+
+    return refcache.store(name, {"ok": True}, {"a": np.zeros(nbytes, dtype=np.uint8)}, isolation="test",
+                          tamper_proof=True)
+
+
+@needs_isolation
+def test_the_cache_keeps_to_its_size_bound_dropping_the_least_recently_used(cache, monkeypatch):
+    """Entries beyond LETHE_REF_CACHE_MAX_GB are pruned oldest-use first; an entry served by load() counts as
+    used; an entry larger than the bound is not stored at all."""
+    monkeypatch.setenv("LETHE_REF_CACHE_MAX_GB", str(2.5 * (1 << 20) / (1 << 30)))  # 2.5 MiB
+    for i, name in enumerate(("a", "b")):
+        assert _store(name, 1 << 20)
+        os.utime(cache / name, (1000 + i, 1000 + i))
+    assert refcache.load("a") is not None  # "a" becomes the most recently used
+    assert _store("c", 1 << 20)
+    assert sorted(p.name for p in cache.iterdir() if not p.name.startswith(".")) == ["a", "c"]
+    assert not _store("huge", 3 << 20) and not (cache / "huge").exists()
+
+
+@needs_isolation
+def test_nothing_is_stored_when_the_disk_would_be_left_without_its_reserve(cache, monkeypatch):
+    import shutil as sh
+
+    real = sh.disk_usage
+    monkeypatch.setattr(refcache.shutil, "disk_usage",
+                        lambda p: real(p)._replace(free=refcache.RESERVE_BYTES + (1 << 19)))
+    assert not _store("x", 1 << 20)
+    assert _store("y", 1 << 10)

@@ -17,7 +17,11 @@ the reference outputs from disk, so the cache is off there. An entry is checked 
 arrays file's SHA-256) and ignored if anything is off.
 
 ``LETHE_REF_CACHE``: a directory (default ``$XDG_CACHE_HOME/lethe/refs``, else ``~/.cache/lethe/refs``), or
-``off``.
+``off``. ``LETHE_REF_CACHE_MAX_GB`` (default 20) bounds its size: after each store the least recently used
+entries are removed until the cache fits, an entry larger than the bound is not stored, and nothing is stored
+when it would leave less than RESERVE_BYTES free on the cache's disk. Unbounded, a batch over a corpus of large
+problems fills the disk with references it never asks for again, and the next reference or candidate then
+fails to write its result (found on a 64 GB device disk with 14 parallel workers).
 """
 
 from __future__ import annotations
@@ -32,6 +36,50 @@ import tempfile
 from pathlib import Path
 
 CACHE_FORMAT = "lethe.refcache/1"
+DEFAULT_MAX_GB = 20.0
+# Room left for the sandboxed processes' own result files (the reference's is capped at battery.REF_RESULT_MB).
+RESERVE_BYTES = 2 * 8192 * (1 << 20)
+
+
+def max_bytes() -> int:
+    """The cache's size bound (``LETHE_REF_CACHE_MAX_GB``; a malformed value means the default)."""
+    try:
+        gb = float(os.environ.get("LETHE_REF_CACHE_MAX_GB", DEFAULT_MAX_GB))
+    except ValueError:
+        gb = DEFAULT_MAX_GB
+    return max(0, int(gb * (1 << 30)))
+
+
+def _entry_bytes(entry: Path) -> int:
+    total = 0
+    for f in entry.iterdir():
+        try:
+            total += f.stat().st_size
+        except OSError:
+            pass
+    return total
+
+
+def prune(root: Path, limit: int) -> int:
+    """Remove least recently used entries (oldest modification time; :func:`load` touches an entry it
+    serves) until the cache's entries total at most ``limit`` bytes. Returns the bytes removed."""
+    entries = []
+    for e in root.iterdir():
+        if e.name.startswith(".tmp-") or not e.is_dir():
+            continue
+        try:
+            entries.append((e.stat().st_mtime, e, _entry_bytes(e)))
+        except OSError:
+            continue
+    total = sum(b for _, _, b in entries)
+    removed = 0
+    for _, e, b in sorted(entries, key=lambda t: t[0]):
+        if total <= limit:
+            break
+        shutil.rmtree(e, ignore_errors=True)
+        total -= b
+        removed += b
+    return removed
 
 
 def cache_dir() -> Path | None:
@@ -98,6 +146,10 @@ def load(k: str):
         return None
     if meta.get("format") != CACHE_FORMAT or meta.get("key") != k or digest != meta.get("arrays_sha256"):
         return None
+    try:
+        os.utime(entry)  # recently used: pruned last
+    except OSError:
+        pass
     return result, arrays, meta
 
 
@@ -111,6 +163,14 @@ def store(k: str, result: dict, arrays: dict, *, isolation: str, tamper_proof: b
     entry = root / k
     if entry.exists():
         return True
+    size = sum(int(getattr(v, "nbytes", 0)) for v in dict(arrays).values())
+    limit = max_bytes()
+    try:
+        free = shutil.disk_usage(root).free
+    except OSError:
+        return False
+    if size > limit or free - size < RESERVE_BYTES:
+        return False
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:
         digest = arrays_io.write(tmp / "arrays.bin", dict(arrays), digest=True)
@@ -119,7 +179,8 @@ def store(k: str, result: dict, arrays: dict, *, isolation: str, tamper_proof: b
                                                    "isolation": isolation, "tamper_proof": tamper_proof}))
         os.chmod(tmp, 0o700)
         os.rename(tmp, entry)
-        return True
+        prune(root, limit)
+        return entry.exists()
     except OSError:
         return False
     finally:
