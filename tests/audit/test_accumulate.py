@@ -140,13 +140,8 @@ def test_backends_option_is_parsed_strictly():
 
 
 def _driver():
-    import importlib.util
-    from pathlib import Path
+    import experiments.audit.replicate_h200 as mod
 
-    path = Path(__file__).resolve().parents[2] / "experiments" / "audit" / "replicate_h200.py"
-    spec = importlib.util.spec_from_file_location("replicate_h200_under_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     return mod
 
 
