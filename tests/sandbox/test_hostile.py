@@ -50,6 +50,7 @@ EXPECTED = {
     "sigkill_self": ("crash", "killed by SIGKILL"),
     "close_std_fds": ("ok", ""),
     "abort": ("crash", "killed by SIGABRT"),
+    "disk_flood": ("output_flood", "disk budget"),
 }
 # Kernels that attack the machine rather than their own row: run only where the operating system isolates the
 # child (lethe.sandbox.isolation). Unisolated, the first ones would kill or stop the test process itself.
@@ -87,7 +88,10 @@ def _reference():
 # Forking 150 copies of a process that has torch loaded, or faulting in 512 MB, takes seconds on two shared
 # cores under load; these kernels are about containment (dead children, oom), not speed, so they get room
 # to reach the state under test instead of timing out first.
-SLOW_BUT_LEGAL = {"fork_bomb": 30.0, "memory_hog": 30.0, "fork_until_refused": 60.0, "shm_flood": 20.0,
+# Limits a member is run with beyond the suite's defaults: the disk flood meets a small per-file cap and slack,
+# so that it is stopped after about 100 MB instead of gigabytes.
+EXTRA_LIMITS = {"disk_flood": {"max_file_mb": 32, "disk_slack_mb": 64}}
+SLOW_BUT_LEGAL = {"disk_flood": 20.0, "fork_bomb": 30.0, "memory_hog": 30.0, "fork_until_refused": 60.0, "shm_flood": 20.0,
                   "connect_network": 10.0}
 
 
@@ -100,6 +104,7 @@ def _job(name: str, a: np.ndarray, b: np.ndarray, start: str, env: dict | None =
         "timeout_s": SLOW_BUT_LEGAL.get(name, TIMEOUT_S),
         "memory_mb": MEMORY_MB,
         "env": env,
+        **EXTRA_LIMITS.get(name, {}),
     }
 
 

@@ -225,3 +225,38 @@ def test_descendants_from_the_kernels_children_lists_match_a_scan_of_every_proce
             c.kill()
         p.kill()
         p.wait()
+
+
+def test_a_run_that_fills_its_directory_past_its_disk_budget_is_stopped(fast):
+    """Each file under the per-file cap, the run directory as a whole over cap + slack: stopped as a flood
+    (one candidate filling the disk would make every later row's result write fail)."""
+    res = run_isolated("lethe.sandbox.testing:fill_disk", payload={"files": 40, "mb": 8, "pause_s": 0.05},
+                       max_file_mb=16, disk_slack_mb=16, **fast)
+    assert res.status == "output_flood", (res.status, res.detail)
+    assert "more than its 32 MB disk budget" in res.detail
+
+
+def test_writes_within_the_disk_budget_are_fine(fast):
+    res = run_isolated("lethe.sandbox.testing:fill_disk", payload={"files": 2, "mb": 4},
+                       max_file_mb=16, disk_slack_mb=16, **fast)
+    assert res.status == "ok", res.detail
+
+
+def test_disk_verdict_file_flood_and_full_disk(tmp_path, monkeypatch):
+    """Past DISK_MAX_ENTRIES entries the directory is a flood whatever their size; on a nearly full disk a run
+    that is writing there is stopped, one that is not is left alone."""
+    import os
+    from types import SimpleNamespace
+
+    from lethe.sandbox import runner
+
+    for i in range(12):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+    assert runner._disk_verdict([tmp_path], 0, None) == ""
+    monkeypatch.setattr(runner, "DISK_MAX_ENTRIES", 10)
+    assert "more than 10 files" in runner._disk_verdict([tmp_path], 0, None)
+    monkeypatch.setattr(runner, "DISK_MAX_ENTRIES", 1000)
+    monkeypatch.setattr(runner.os, "statvfs", lambda p: SimpleNamespace(f_bavail=1, f_frsize=4096))
+    assert runner._disk_verdict([tmp_path], 0, None) == ""  # nearly full, but this run wrote almost nothing
+    (tmp_path / "big").write_bytes(os.urandom(1 << 20) * 70)
+    assert "nearly full" in runner._disk_verdict([tmp_path], 0, None)

@@ -45,6 +45,15 @@ DEFAULT_START = "zygote"
 STATUSES = ("ok", "timeout", "crash", "oom", "exit", "error", "output_flood", "bad_result")
 
 _POLL_S = 0.02
+# Disk a run may fill beyond its result file (compiler caches, scratch), unless its caller says otherwise.
+DISK_SLACK_MB = 1024
+# The run directory's disk use is checked this often (a walk of a small tree), against the run's budget.
+DISK_POLL_S = 0.5
+# Beyond this many entries a run directory is a file flood in itself, whatever their size.
+DISK_MAX_ENTRIES = 100_000
+# Free space below this on the disk of a run directory stops a run that is writing there: the verifier's own
+# next result file would fail to write (other rows charged for one candidate's flood).
+DISK_RESERVE_BYTES = 1 << 30
 # How long a run waits for a ready zygote to fork before it gives up on that zygote.
 _FORK_WAIT_S = 20.0
 _MAX_CHANNEL_BYTES = 256 << 20
@@ -227,6 +236,54 @@ def _tree(pid: int) -> list:
         return psutil.Process(pid).children(recursive=True)
     except (psutil.NoSuchProcess, psutil.AccessDenied):
         return []
+
+
+def _disk_use(paths: list[Path], max_entries: int | None = None) -> tuple[int, int, bool]:
+    """(bytes allocated, entries, complete) under ``paths``: st_blocks, so a sparse file counts what it holds;
+    the walk stops past ``max_entries``, and ``complete`` is False when it did or some directory could not be
+    read (a candidate without the OS isolation can hide its own subdirectory from a same-uid parent)."""
+    max_entries = DISK_MAX_ENTRIES if max_entries is None else max_entries
+    total, n, complete = 0, 0, True
+    stack = [str(p) for p in paths]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            complete = False
+            continue
+        with it:
+            for e in it:
+                n += 1
+                if n > max_entries:
+                    return total, n, False
+                try:
+                    st = e.stat(follow_symlinks=False)
+                    total += st.st_blocks * 512
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                except OSError:
+                    complete = False
+    return total, n, complete
+
+
+def _disk_verdict(paths: list[Path], base: int, budget: int | None) -> str:
+    """Why the run must stop for what it wrote to disk, or "": past its budget above ``base`` (what was there
+    when it became ready: its inputs), a file flood, or a nearly full disk while it was writing there."""
+    used, n, complete = _disk_use(paths)
+    grown = used - base
+    if n > DISK_MAX_ENTRIES:
+        return f"created more than {DISK_MAX_ENTRIES} files and directories in its run directory"
+    if budget is not None and grown > budget:
+        return f"wrote {grown >> 20} MB into its run directory, more than its {budget >> 20} MB disk budget"
+    try:
+        st = os.statvfs(paths[0])
+        free = st.f_bavail * st.f_frsize
+    except OSError:
+        return ""
+    if free < DISK_RESERVE_BYTES and (grown > (64 << 20) or not complete):
+        return (f"the disk of its run directory is nearly full ({free >> 20} MB free) while it had written "
+                f"{grown >> 20} MB there")
+    return ""
 
 
 def _tree_rss(pid: int) -> tuple[int, list]:
@@ -430,6 +487,7 @@ def run_isolated(
     max_file_mb: int | None = 4096,
     start: str | None = None,
     read_paths: tuple[str, ...] = (),
+    disk_slack_mb: int | None = None,
 ) -> SandboxResult:
     """Call ``target`` ("pkg.module:function") as ``function(payload, arrays, workdir)`` in a fresh process.
 
@@ -449,6 +507,10 @@ def run_isolated(
     ``res.start`` and ``res.start_note`` say what happened.
     ``read_paths`` are paths outside the run directory the child must reach (read-only), e.g. a prebuilt
     extension store (:mod:`lethe.sandbox.extensions`) under a home directory the leased uid cannot traverse.
+    ``max_file_mb`` caps each file the child writes (RLIMIT_FSIZE); its run directory as a whole may grow by
+    that plus ``disk_slack_mb`` (default DISK_SLACK_MB), checked every DISK_POLL_S, and a run that floods it
+    with files, or writes there while the disk is nearly full, is stopped too (status ``output_flood``): one
+    candidate filling the disk would otherwise make every later reference and result write fail.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
@@ -456,7 +518,8 @@ def run_isolated(
         raise ValueError(f"target must look like 'pkg.module:function', got {target!r}")
     mode = resolve_start(start)
     args = (target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env, startup_timeout_s,
-            omp_threads, tuple(preload), nproc, gpu_memory_fraction, tail_bytes, max_file_mb, tuple(read_paths))
+            omp_threads, tuple(preload), nproc, gpu_memory_fraction, tail_bytes, max_file_mb, tuple(read_paths),
+            disk_slack_mb)
     if mode == "zygote":
         from lethe.sandbox.zygote import ZygoteUnavailable
 
@@ -603,7 +666,8 @@ def _fork_child(child_env, work, w_fd, hold_r, device, omp_threads, preload, dea
 
 
 def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memory_mb, max_output_bytes, device, env,
-         startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb, read_paths=()):
+         startup_timeout_s, omp_threads, preload, nproc, gpu_memory_fraction, tail_bytes, max_file_mb, read_paths=(),
+         disk_slack_mb=None):
     t_start = time.monotonic()
     inputs_path = None
     if arrays:
@@ -695,6 +759,12 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
     last_pss = 0.0
     budget_rss = None
     cand_pid = None  # the candidate's process, known from its ready message (_candidate_root)
+    # The run's writable directories (its own root, and the caller's work directory when outside it); what it
+    # may add there: one result file at the cap and the slack for compiler caches and scratch.
+    disk_paths = [root] if root in work.parents else [root, work]
+    disk_budget = None if max_file_mb is None else (int(max_file_mb) + int(disk_slack_mb or DISK_SLACK_MB)) << 20
+    disk_base = _disk_use(disk_paths)[0]  # the inputs, written above, before the child exists
+    last_disk = 0.0
     try:
         while True:
             if proc.poll() is not None:
@@ -720,6 +790,12 @@ def _run(mode, root, io_dir, work, iso, target, payload, arrays, timeout_s, memo
                 break
             for p in _tree(proc.pid):
                 seen[p.pid] = p
+            if chan.ready_at is not None and now - last_disk >= DISK_POLL_S:
+                last_disk = now
+                why = _disk_verdict(disk_paths, disk_base, disk_budget)
+                if why:
+                    reason, reason_detail = "output_flood", why
+                    break
             if budget_rss is not None:
                 if cand_pid is None:
                     cand_pid = _candidate_root(proc.pid, chan.ready)

@@ -77,6 +77,22 @@ def _getuser() -> str:
         return f"error: {type(exc).__name__}: {exc}"
 
 
+def fill_disk(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
+    """Write ``payload["files"]`` files of ``payload["mb"]`` MiB each into the working directory (synced, so
+    the blocks are allocated), pausing ``payload.get("pause_s", 0)`` after each; return how many it wrote."""
+    import os
+    import time
+
+    chunk = os.urandom(1 << 20) * int(payload["mb"])
+    for i in range(int(payload["files"])):
+        with open(workdir / f"fill-{i:04d}.bin", "wb") as fh:
+            fh.write(chunk)
+            fh.flush()
+            os.fsync(fh.fileno())
+        time.sleep(float(payload.get("pause_s", 0)))
+    return {"files": int(payload["files"])}, {}
+
+
 def chatter(payload: dict, arrays: dict[str, np.ndarray], workdir: Path):
     """Write ``payload["bytes"]`` bytes to stdout then a marker line; return normally."""
     import sys
