@@ -271,3 +271,11 @@ def test_verify_process_does_not_import_torch(files):
     script = (f"from lethe.cli import main\n"
               f"assert main(['verify', {ref!r}, {cand!r}, '--device', 'cpu', '--json']) == 1")
     assert not _torch_after(script)
+
+
+def test_verify_help_documents_the_json_schema_and_causes(capsys):
+    from lethe.verifier.verdict import VERIFY_OUTPUT_SCHEMA
+
+    assert cli.main(["verify", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert VERIFY_OUTPUT_SCHEMA in text and "`causes`" in text and "root cause" in text

@@ -93,6 +93,18 @@ def test_server_answers_what_local_prints(served, files, tmp_path, capsys, monke
     assert _no_wall_clock_human(so) == _no_wall_clock_human(lo) and "verdict:" in so
 
 
+def test_server_json_carries_the_local_causes(served, capsys, monkeypatch):
+    """A red-team member with one narrow accumulator behind many failed gates: the server's `--json`, causes
+    included, is the local one."""
+    d = REPO / "data" / "red_team" / "ord03_sequential_rowsum"
+    (sc, so, se), (lc, lo, le) = _both([str(d / "ref.py"), str(d / "cand.py"), "--device", "cpu", "--json"],
+                                       capsys, monkeypatch)
+    assert (sc, se) == (lc, le) == (1, "")
+    srv, loc = _no_wall_clock_json(so), _no_wall_clock_json(lo)
+    assert srv == loc and [c["cause"] for c in srv["causes"]] == ["narrow_accumulator"]
+    assert srv["causes"][0]["gates"] == sorted(srv["failed_gates"])
+
+
 def test_rows_written_by_the_client_equal_local_rows(served, files, tmp_path, capsys, monkeypatch):
     ref, cand = files("ref.py", K.SUM_REF), files("cand.py", K.SUM_SEQUENTIAL)
     srv_out, loc_out = str(tmp_path / "s.parquet"), str(tmp_path / "l.parquet")

@@ -258,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     from lethe import server as server_defaults
     from lethe.verifier.battery import GATE_IDS
     from lethe.verifier.profiles import PROFILES
-    from lethe.verifier.verdict import EXIT_CODES
+    from lethe.verifier.verdict import EXIT_CODES, VERIFY_OUTPUT_SCHEMA
 
     codes = "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items())
     parser = argparse.ArgumentParser(prog="lethe", description="Contract-grade correctness verifier for GPU kernels.",
@@ -284,7 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--tiered", action="store_true",
                    help="the quick tier's gates first, the full battery only if they pass (same final verdict)")
     v.add_argument("--corpus", default="")
-    v.add_argument("--json", action="store_true", help="machine-readable output")
+    v.add_argument("--json", action="store_true",
+                   help=f"one JSON document ({VERIFY_OUTPUT_SCHEMA}): the verdict, per gate its status, margin "
+                        "(largest err/tol) and failing probes, and `causes`: the failing gates grouped by root cause "
+                        "(cause id, gates, probes, worst err/tol)")
     v.add_argument("--out", default="", help="write the verdict row to this parquet file")
     v.add_argument("--append", action="store_true",
                    help="with --out: append to an existing file (atomic; safe for concurrent runs)")

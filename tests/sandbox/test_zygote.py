@@ -167,6 +167,17 @@ def test_zygote_is_single_threaded_and_cuda_free():
         assert len(os.listdir(f"/proc/{z.proc.pid}/task")) == 1
 
 
+def test_torch_zygote_has_the_entry_points_loaded_and_stays_fork_safe(batches):
+    """With torch preloaded the zygote imports the verifier's sandbox entry points too (zygote.ENTRY_IMPORTS),
+    which leave it single-threaded, CUDA-free and without triton (whose settings are read at import)."""
+    zs = [z for z in Z.live_zygotes() if "torch" in z.preload]
+    assert zs
+    for z in zs:
+        assert z.info["entry_imports"] == list(Z.ENTRY_IMPORTS["torch"]), z.info
+        assert z.info["tasks"] == 1 and z.info["cuda"] is False and z.info["triton"] is False, z.info
+        assert len(os.listdir(f"/proc/{z.proc.pid}/task")) == 1
+
+
 def test_dead_zygote_is_restarted_transparently():
     run_isolated("lethe.sandbox.testing:echo", start="zygote", **CHEAP)
     old = [z for z in Z.live_zygotes() if z.preload == ("numpy",)]

@@ -4,6 +4,7 @@ human summary's margins and grouping, and the CLI's version, gate filter and row
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -29,6 +30,39 @@ def test_json_output_follows_the_shipped_schema(files, local_sandbox, capsys):
         assert out["exit_code"] == code
         # A CPU verification computes its reference on the CPU, and says so.
         assert out["reference_device"] == "cpu" and out["reference_fallback"] is None
+
+
+RED_TEAM = Path(__file__).resolve().parents[2] / "data" / "red_team"
+
+
+def test_json_groups_one_narrow_accumulator_into_one_cause(local_sandbox, capsys):
+    """A red-team row sum kept in an fp16 running total fails many gates on one defect: `--json` names one cause,
+    `narrow_accumulator`, covering every failing gate, the same list as `reward()["causes"]`."""
+    d = RED_TEAM / "ord03_sequential_rowsum"
+    assert cli.main(["verify", str(d / "ref.py"), str(d / "cand.py"), "--device", "cpu", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    jsonschema.validate(out, V.output_schema())
+    assert len(out["failed_gates"]) >= 5 and {"PRC-02", "ORD-01", "ORD-03"} <= set(out["failed_gates"])
+    (cause,) = out["causes"]
+    assert cause["cause"] == "narrow_accumulator" and cause["gates"] == sorted(out["failed_gates"])
+    assert set(cause["probes"]) == set(out["by_probe"])
+    assert cause["worst_margin"] == max(out["gates"][g]["margin"] for g in out["failed_gates"]
+                                        if out["gates"][g]["margin"] is not None) > 1
+    assert "wrong_values" in cause["explains"]
+    v = lethe.verify_files(str(d / "ref.py"), str(d / "cand.py"), device="cpu")
+    assert json.loads(json.dumps(v.reward()["causes"])) == out["causes"]
+
+
+def test_schema_names_every_cause_the_grouping_can_give():
+    from lethe.verifier import causes as C
+
+    cause = V.output_schema()["$defs"]["cause"]["properties"]
+    ids = set(C.CAUSE_WORDS) | {"unexplained"}
+    assert set(cause["cause"]["anyOf"][0]["enum"]) == ids == set(cause["explains"]["items"]["enum"])
+    assert V.VERIFY_OUTPUT_SCHEMA == V.output_schema()["properties"]["schema"]["const"]
+    ungraded = V.Verdict.from_row(records.make_row(id="k", status="compile_fail", error="SyntaxError")).to_json()
+    jsonschema.validate(ungraded, V.output_schema())
+    assert [c["cause"] for c in ungraded["causes"]] == ["row_compile_fail"]
 
 
 def test_python_api_returns_a_typed_verdict(local_sandbox):

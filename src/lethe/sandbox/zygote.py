@@ -60,6 +60,13 @@ _STARTUP_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "MA
 # Not torch._dynamo (which the plan's meta tracing imports): it imports triton, whose settings (TRITON_INTERPRET
 # above all) are read at import, and one zygote serves interpreted and compiled runs alike.
 WARM_IMPORTS = {"torch": ("torch.fx.experimental.symbolic_shapes",)}
+# The verifier's own sandbox entry points (trusted modules of this package, torch-based): a child imports its
+# target after ``ready``, on the run's clock, and these cost some 30-40 ms there on every run
+# (lethe.verifier.probes and .reference above all). At import they only define functions, classes and
+# constants: they start no thread, initialise no CUDA, import no triton and read no environment variable (the
+# zygote's ready message reports the first three, tests/sandbox/test_zygote.py checks them), so importing them
+# here changes when they are loaded, not what a run computes.
+ENTRY_IMPORTS = {"torch": ("lethe.verifier.worker", "lethe.verifier.reference", "lethe.verifier.gates")}
 # Per-run paths inside the private run directory (the zygote gets its own); read lazily, so the child's
 # environment can simply replace them.
 PER_RUN_KEYS = ("HOME", "TMPDIR", "TMP", "TEMP", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR")
@@ -133,7 +140,7 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
 
     # The trusted preload, its lazy imports, plus what the child protocol imports before ``ready``.
     preload = json.loads(preload_json)
-    warm = [m for top in preload for m in WARM_IMPORTS.get(top, ())]
+    warm = [m for top in preload for m in (*WARM_IMPORTS.get(top, ()), *ENTRY_IMPORTS.get(top, ()))]
     for name in [*preload, *warm, "faulthandler", "hashlib", "json", "resource", "traceback",
                  "ctypes", "pathlib", "random", "tempfile"]:
         try:
@@ -167,7 +174,8 @@ def serve(ctl_fd: int, preload_json: str) -> None:  # noqa: C901 - one event loo
             os._exit(0)
         os.waitpid(pid, 0)
     send({"ev": "ready", "pid": zygote_pid, "tasks": _settle(5.0), "threads": _thread_names(),
-          "cuda": _cuda_initialised(), "modules": len(sys.modules)})
+          "cuda": _cuda_initialised(), "modules": len(sys.modules), "triton": "triton" in sys.modules,
+          "entry_imports": [m for top in preload for m in ENTRY_IMPORTS.get(top, ()) if m in sys.modules]})
 
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, None)

@@ -5,8 +5,9 @@ A row (``lethe.verifier.records``) is the storage form: flat, parquet-friendly, 
 :class:`Verdict` is the reading form: per gate its status, its margin (the largest error over tolerance of any
 compared output, > 1 means out of contract), the probes that failed it and where; the failures grouped by the
 probe that exposed them, because one root cause (an fp16 accumulator, say) shows up in every gate that uses
-that probe's inputs. ``to_json`` is the stable machine-readable contract (schema ``VERIFY_OUTPUT_SCHEMA``, the
-JSON Schema file ``lethe/schemas/verify_output.schema.json`` ships with the package).
+that probe's inputs; and the failing gates grouped by root cause (``lethe.verifier.causes``). ``to_json`` is the
+stable machine-readable contract (schema ``VERIFY_OUTPUT_SCHEMA``, the JSON Schema file
+``lethe/schemas/verify_output.schema.json`` ships with the package).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-VERIFY_OUTPUT_SCHEMA = "lethe.verify-output/2"  # /2: reference_device, reference_fallback
+# /3 adds causes; /2 added reference_device and reference_fallback (docs/verifier.md, "CLI").
+VERIFY_OUTPUT_SCHEMA = "lethe.verify-output/3"
 
 # Exit codes of `lethe verify` (and the batch command, for its worst row).
 EXIT_PASS = 0  # every applicable gate passed
@@ -229,8 +231,10 @@ class Verdict:
         return f"lethe replay {rows_path} {self.id} {g}"
 
     def to_json(self) -> dict[str, Any]:
-        """The ``lethe verify --json`` document (schema ``VERIFY_OUTPUT_SCHEMA``)."""
+        """The ``lethe verify --json`` document (schema ``VERIFY_OUTPUT_SCHEMA``); its ``causes`` are
+        ``reward()["causes"]``."""
         from lethe import __version__
+        from lethe.verifier.causes import root_causes
 
         return {"schema": VERIFY_OUTPUT_SCHEMA, "lethe_version": __version__, "id": self.id,
                 "verdict": self.verdict, "status": self.status, "exit_code": self.exit_code,
@@ -241,6 +245,7 @@ class Verdict:
                 "output_aliasing": bool(self.row.get("output_aliasing")),
                 "failed_gates": self.failed_gates,
                 "by_probe": self.by_probe(),
+                "causes": root_causes(self),
                 "gates": {g: v.to_json() for g, v in self.gates.items()}}
 
     def reward(self) -> dict[str, Any]:
