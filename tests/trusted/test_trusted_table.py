@@ -12,7 +12,7 @@ from lethe.verifier import records as R
 from lethe.verifier.gates import GATE_IDS
 
 
-def _row(kid, profile, fails=(), na=(), status="gated", error="", kind="self", ratio=2.5):
+def _row(kid, profile, fails=(), na=(), status="gated", error="", kind="self", ratio=2.5, device="cpu"):
     gates = {}
     for g in GATE_IDS:
         s = "fail" if g in fails else "na" if g in na else "pass"
@@ -21,7 +21,7 @@ def _row(kid, profile, fails=(), na=(), status="gated", error="", kind="self", r
                     "seed": 0}
     if status != "gated":
         gates = R.na_gates(f"row status {status}", 0)
-    return R.make_row(id=kid, profile=profile, status=status, error=error, gates=gates, op_class=kind)
+    return R.make_row(id=kid, profile=profile, status=status, error=error, gates=gates, op_class=kind, device=device)
 
 
 EXPL = [
@@ -62,6 +62,7 @@ def test_failures_list_every_failing_gate_once_with_profiles_ratio_and_class(row
     assert keys == [("L1/3_Softmax", "CMP-02"), ("L1/4_Cum:hand", "EXC-01"), ("L1/2_Index", "ORD-02"),
                     ("L1/6_Crash:hand", "row")]
     by = dict(zip(keys, fails, strict=True))
+    assert {f["device"] for f in fails} == {"cpu"}
     assert by[("L1/2_Index", "ORD-02")]["profiles"] == "strict,cuda-default"
     assert by[("L1/2_Index", "ORD-02")]["class"] == "real"
     assert by[("L1/3_Softmax", "CMP-02")]["ratio"] == pytest.approx(1.57)
@@ -83,6 +84,35 @@ def test_table_rows_rates_and_h200_column(rows):
     assert (tr["any gate (kernels)"]["fail"], tr["any gate (kernels)"]["real"]) == (3, 1)
     assert tr["any gate (hand-written)"]["rate_strict"] == "100.0% (1/1)"
     assert tr["any gate (kernels)"]["rate_fast"] == "50.0% (2/4)"
+
+
+def test_devices_key_explains_a_gpu_only_failure_apart_from_the_cpu_one():
+    """An entry with ``devices`` matches rows of those devices only: the same (kernel, gate) failing on both
+    columns gets the CUDA entry on the H200 rows and the unrestricted one (or none) on the CPU rows, and the
+    failure list keeps one record per device."""
+    ex = [{"kernel": "L2/5_*", "gate": "ORD-02", "class": "real", "cause": "cudnn atomics", "why": "w1",
+           "devices": ["cuda"]},
+          {"kernel": "L2/5_*", "gate": "ORD-02", "class": "false_fail", "cause": "other", "why": "w2"}]
+    assert T.explain("L2/5_Conv", "ORD-02", "strict", "cuda", ex)["cause"] == "cudnn atomics"
+    assert T.explain("L2/5_Conv", "ORD-02", "strict", "cpu", ex)["cause"] == "other"
+    assert T.explain("L2/5_Conv", "ORD-02", "strict", "cpu", ex[:1])["class"] == "unexplained"
+    cpu = [_row("L2/5_Conv", p, fails=("ORD-02",), na=("RES-02",)) for p in T.PROFILES]
+    gpu = [_row("L2/5_Conv", p, fails=("ORD-02",), na=("RES-02",), device="cuda") for p in T.PROFILES]
+    fails = T.failures(cpu + gpu, ex[:1])
+    assert [(f["device"], f["class"]) for f in fails] == [("cpu", "unexplained"), ("cuda", "real")]
+    assert T.gate_counts(gpu, ex[:1], "strict")["ORD-02"] == {"applicable": 1, "fail": 1, "real": 1, "false": 0}
+    assert T.gate_counts(cpu, ex[:1], "strict")["ORD-02"]["false"] == 1
+    tr = {r["gate"]: r for r in T.table_rows(cpu, ex[:1], [r for r in gpu if r["profile"] == "strict"])}
+    assert (tr["ORD-02"]["rate_strict"], tr["ORD-02"]["h200"]) == ("100.0% (1/1)", "0.0% (0/1)")
+
+
+def test_kernel_and_gate_may_be_lists_of_patterns():
+    ex = [{"kernel": ["L2/3[39]_*", "L2/52_*"], "gate": ["EXC-02", "PRC-02"], "class": "false_fail", "cause": "c",
+           "why": "w"}]
+    assert T.explain("L2/39_Gemm", "PRC-02", "strict", "cpu", ex)["cause"] == "c"
+    assert T.explain("L2/52_Conv", "EXC-02", "strict", "cuda", ex)["cause"] == "c"
+    assert T.explain("L2/52_Conv", "ORD-01", "strict", "cpu", ex)["class"] == "unexplained"
+    assert T.explain("L2/41_Gemm", "EXC-02", "strict", "cpu", ex)["class"] == "unexplained"
 
 
 def test_max_ratio_reads_nested_evidence():
@@ -113,6 +143,10 @@ def test_render_writes_both_tables(rows, tmp_path):
     first = [p.read_bytes() for p in paths]
     T.render(rows, summary, EXPL, *paths)
     assert [p.read_bytes() for p in paths] == first
+    # with H200 rows, their failures are listed too, each under its device
+    h200 = [{**r, "device": "cuda"} for r in rows if r["profile"] == "strict"]
+    T.render(rows, summary, EXPL, *paths, h200_rows=h200)
+    assert "| cuda |" in paths[2].read_text() and "| cpu |" in paths[2].read_text()
 
 
 def test_explanations_file_is_well_formed():
@@ -124,4 +158,7 @@ def test_bad_explanation_is_rejected(tmp_path):
     p = tmp_path / "e.yaml"
     p.write_text("explanations:\n- {kernel: a, gate: CMP-01, class: maybe, cause: x, why: y}\n")
     with pytest.raises(ValueError, match="class"):
+        T.load_explanations(p)
+    p.write_text("explanations:\n- {kernel: a, gate: CMP-01, class: real, cause: x, why: y, devices: [gpu]}\n")
+    with pytest.raises(ValueError, match="devices"):
         T.load_explanations(p)

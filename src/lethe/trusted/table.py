@@ -3,8 +3,13 @@
 Every member of the trusted corpus is correct code, so every gate failure on it is either a real property of
 that code that the contract rightly rejects (torch's own atomics are not run-to-run deterministic, say), or a
 false fail of the verifier. ``data/trusted/explanations.yaml`` says which, per (kernel pattern, gate): each
-entry (kernel and gate are fnmatch patterns) has ``class`` (``real`` or ``false_fail``), a short ``cause`` and a one-line ``why``. A failure that no
-entry explains is shown as ``unexplained`` and counted as a false fail until someone explains it.
+entry (kernel and gate are fnmatch patterns, or lists of them: one entry per cause, whichever kernels and gates
+share it) has ``class`` (``real`` or ``false_fail``), a short ``cause`` and a one-line ``why``, and optionally
+``profiles`` and ``devices`` (``cpu``, ``cuda``: the row's ``device``, so a
+failure seen only on the GPU column is explained apart from the CPU one; every profile and device when absent).
+A failure that no entry explains is shown as ``unexplained`` and counted as a false fail until someone explains
+it. The failure list holds both columns (CPU rows and, when given, the H200 rows), one record per (kernel, gate,
+device).
 
 Per gate and profile: ``applicable`` = gated rows whose gate graded (pass, fail or error; ``na`` is not
 applicable), ``fail`` = fail or error (an ``error`` is the verifier raising: never the kernel's fault), and
@@ -31,6 +36,7 @@ EXPLANATIONS = REPO_ROOT / "data" / "trusted" / "explanations.yaml"
 CLASS_LABEL = {"real": "real property of that code", "false_fail": "verifier false fail (open)",
                "unexplained": "unexplained (counted as a false fail)"}
 NOT_RUN_H200 = "not run: no GPU this session"
+DEVICES = ("cpu", "cuda")
 
 
 def load_explanations(path: str | Path = EXPLANATIONS) -> list[dict[str, Any]]:
@@ -45,16 +51,28 @@ def load_explanations(path: str | Path = EXPLANATIONS) -> list[dict[str, Any]]:
             raise ValueError(f"explanation {i} lacks {missing}")
         if e["class"] not in ("real", "false_fail"):
             raise ValueError(f"explanation {i}: class must be real or false_fail, got {e['class']!r}")
+        bad = [d for d in e.get("devices") or () if d not in DEVICES]
+        if bad:
+            raise ValueError(f"explanation {i}: devices must be among {list(DEVICES)}, got {bad}")
         out.append(dict(e))
     return out
 
 
-def explain(kernel_id: str, gate: str, profile: str, explanations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
-    """The first entry whose kernel and gate patterns (fnmatch) and profiles (all when absent) match."""
+def _matches(name: str, patterns: str | Sequence[str]) -> bool:
+    """``name`` matches the fnmatch pattern, or one of the list of them."""
+    return any(fnmatch.fnmatchcase(name, p) for p in ([patterns] if isinstance(patterns, str) else patterns))
+
+
+def explain(kernel_id: str, gate: str, profile: str, device: str,
+            explanations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """The first entry whose kernel and gate patterns (fnmatch, one or a list), profiles and devices (each: all
+    when absent) match; ``device`` is the row's (``cpu`` for the CPU column, ``cuda`` for the H200's)."""
     for e in explanations:
-        if not fnmatch.fnmatchcase(gate, e["gate"]) or not fnmatch.fnmatchcase(kernel_id, e["kernel"]):
+        if not _matches(gate, e["gate"]) or not _matches(kernel_id, e["kernel"]):
             continue
         if e.get("profiles") and profile not in e["profiles"]:
+            continue
+        if e.get("devices") and device not in e["devices"]:
             continue
         return {"class": e["class"], "cause": e["cause"], "why": e["why"]}
     return {"class": "unexplained", "cause": "", "why": ""}
@@ -93,20 +111,26 @@ def failing_probes(evidence: str) -> list[str]:
     return sorted(p for p, v in probes.items() if isinstance(v, dict) and v.get("status") == "fail")
 
 
+def _device(r: Mapping[str, Any]) -> str:
+    return str(r.get("device") or "cpu")
+
+
 def failures(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One record per (kernel, gate) that failed under some profile, with the profiles it failed under, its
-    largest err/tol, the failing probes and the explanation; plus one record per trusted kernel whose row
-    never reached grading for a reason other than the budget (a crash or compile failure of correct code)."""
-    by_key: dict[tuple[str, str], dict[str, Any]] = {}
+    """One record per (kernel, gate, device) that failed under some profile, with the profiles it failed under,
+    its largest err/tol, the failing probes and the explanation; plus one record per trusted kernel whose row
+    never reached grading for a reason other than the budget (a crash or compile failure of correct code, a
+    reference the verifier rejects). ``rows`` may hold both columns: the row's ``device`` keeps them apart."""
+    by_key: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in rows:
+        dev = _device(r)
         if r["status"] != "gated":
             # No verdict (the reference or the candidate outran the per-kernel budget): coverage counts it.
             if budget_exclusion(r):
                 continue
-            key = (r["id"], "row")
+            key = (r["id"], "row", dev)
             rec = by_key.setdefault(key, {"kernel": r["id"], "kind": r.get("op_class") or "", "gate": "row",
-                                          "status": r["status"], "profiles": [], "ratio": None,
-                                          "probes": "", **explain(r["id"], "row", r["profile"], explanations),
+                                          "device": dev, "status": r["status"], "profiles": [], "ratio": None,
+                                          "probes": "", **explain(r["id"], "row", r["profile"], dev, explanations),
                                           "detail": str(r.get("error", ""))[:160]})
             rec["profiles"].append(r["profile"])
             continue
@@ -114,12 +138,12 @@ def failures(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[s
             v = r["gates"][g]
             if v["status"] not in FIRED:
                 continue
-            key = (r["id"], g)
+            key = (r["id"], g, dev)
             ratio = max_ratio(v.get("evidence", ""))
             rec = by_key.setdefault(key, {"kernel": r["id"], "kind": r.get("op_class") or "", "gate": g,
-                                          "status": v["status"], "profiles": [], "ratio": ratio,
+                                          "device": dev, "status": v["status"], "profiles": [], "ratio": ratio,
                                           "probes": ", ".join(failing_probes(v.get("evidence", ""))),
-                                          **explain(r["id"], g, r["profile"], explanations),
+                                          **explain(r["id"], g, r["profile"], dev, explanations),
                                           "detail": str(v.get("reason", ""))[:160]})
             rec["profiles"].append(r["profile"])
             if ratio is not None and (rec["ratio"] is None or ratio > rec["ratio"]):
@@ -127,7 +151,7 @@ def failures(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[s
     out = list(by_key.values())
     for rec in out:
         rec["profiles"] = ",".join(p for p in PROFILES if p in rec["profiles"])
-    out.sort(key=lambda f: (f["gate"], f["kernel"]))
+    out.sort(key=lambda f: (f["gate"], f["kernel"], DEVICES.index(f["device"]) if f["device"] in DEVICES else 9))
     return out
 
 
@@ -146,7 +170,7 @@ def gate_counts(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mappin
             c["applicable"] += 1
             if s in FIRED:
                 c["fail"] += 1
-                if explain(r["id"], g, profile, explanations)["class"] == "real":
+                if explain(r["id"], g, profile, _device(r), explanations)["class"] == "real":
                     c["real"] += 1
                 else:
                     c["false"] += 1
@@ -166,7 +190,7 @@ def kernel_counts(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapp
         if not fired:
             continue
         c["fail"] += 1
-        if all(explain(r["id"], g, profile, explanations)["class"] == "real" for g in fired):
+        if all(explain(r["id"], g, profile, _device(r), explanations)["class"] == "real" for g in fired):
             c["real"] += 1
         else:
             c["false"] += 1
@@ -258,14 +282,16 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
                   ("rate_cuda", "cuda-default"), ("rate_fast", "fast-math"), ("h200", "H200 (strict)")],
                  "False fails of the verifier on the trusted corpus (correct kernels), per gate",
                  "tab:trusted-false-fail", md, tex, notes=notes)
-    fails = failures(rows, explanations)
-    recs = [{"kernel": f["kernel"], "gate": f["gate"], "profiles": f["profiles"],
+    fails = failures(list(rows) + list(h200_rows or []), explanations)
+    recs = [{"kernel": f["kernel"], "gate": f["gate"], "device": f["device"], "profiles": f["profiles"],
              "ratio": f["ratio"], "probes": f["probes"] or f["status"],
              "class": CLASS_LABEL[f["class"]], "why": f["why"] or f["detail"]} for f in fails]
-    render_table(recs, [("kernel", "kernel"), ("gate", "gate"), ("profiles", "profiles"),
+    render_table(recs, [("kernel", "kernel"), ("gate", "gate"), ("device", "device"), ("profiles", "profiles"),
                         ("ratio", "max err/tol", "{:.3g}"), ("probes", "failing probes"), ("class", "class"),
                         ("why", "explanation")],
                  "Every failure of a trusted kernel, with its explanation", "tab:trusted-failures",
                  failures_md, failures_tex,
-                 notes=["max err/tol: the largest ratio of error to tolerance in the gate's evidence (– for "
-                        "byte or resource comparisons); row: the kernel never reached grading."])
+                 notes=["device: cpu for the CPU column, cuda for the H200 column (each column's failures are "
+                        "listed and explained apart); max err/tol: the largest ratio of error to tolerance in the "
+                        "gate's evidence (– for byte or resource comparisons); row: the kernel never reached "
+                        "grading."])
