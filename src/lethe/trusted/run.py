@@ -181,14 +181,19 @@ def drop_rows(checkpoint: str | os.PathLike[str], keep: Callable[[Mapping[str, A
     kept = [r for r in rows if keep(r)]
     if len(kept) == len(rows):
         return 0
+    _rewrite_checkpoint(checkpoint, kept)
+    return len(rows) - len(kept)
+
+
+def _rewrite_checkpoint(checkpoint: str | os.PathLike[str], rows: list[Mapping[str, Any]]) -> None:
+    """Replace the checkpoint by ``rows`` atomically (a synced temporary file renamed over it)."""
     tmp = Path(f"{checkpoint}.{os.getpid()}.tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
-        for r in kept:
+        for r in rows:
             fh.write(json.dumps(r, sort_keys=True, default=str) + "\n")
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, checkpoint)
-    return len(rows) - len(kept)
 
 
 def run(corpus: Mapping[str, Any], out_dir: str | os.PathLike[str], *, checkpoint: str | os.PathLike[str],
@@ -289,13 +294,7 @@ def merge_checkpoints(target: str | os.PathLike[str], parts: list[Path]) -> int:
                 seen.add(line)
                 rows.append(r)
                 added += 1
-    tmp = Path(f"{target}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        for r in rows:
-            fh.write(json.dumps(r, sort_keys=True, default=str) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, target)
+    _rewrite_checkpoint(target, rows)
     return added
 
 
