@@ -38,7 +38,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--cells", default="gdn:128:4096:8,gdn:128:4096:128",
-                    help="member:d_v:T:B (H=2, d_k=128, bf16), comma-separated")
+                    help="member:d_v:T:B[:H] (H=2 unless given, d_k=128, bf16), comma-separated")
     ap.add_argument("--impls", default="ours,fla,native",
                     help="from ours, fla, native, hybrid, hybrid-tc; ours/hybrid/hybrid-tc may name forward options "
                          "after '@' joined by '+' (rows|blocked|split, tf32x3|tf32|ieee), e.g. hybrid-tc@blocked+tf32")

@@ -275,7 +275,8 @@ def profile_doc(rows: list, ceilings: dict, device: str, start: float) -> dict:
 
 def profile_cells(cells: list[str], impls: list[str], args, ceilings: dict, rows: list, start: float, save,
                   device: str = "cuda") -> None:
-    """Profile every implementation of ``impls`` on every cell (``member:d_v:T:B``, H = 2, d_k = 128), appending
+    """Profile every implementation of ``impls`` on every cell (``member:d_v:T:B[:H]``, H = 2 unless given,
+    d_k = 128), appending
     one row each to ``rows`` and calling ``save()`` after each. "ours" runs first on every cell (listed or not):
     its gradients are the reference the others are checked against. A row that would start after
     ``args.budget_s`` seconds from ``start`` is recorded as skipped, so is native above
@@ -286,16 +287,17 @@ def profile_cells(cells: list[str], impls: list[str], args, ceilings: dict, rows
     import torch
 
     for cell in cells:
-        member, V, T, B = cell.split(":")
+        member, V, T, B, *heads = cell.split(":")
         V, T, B = int(V), int(T), int(B)
+        H = int(heads[0]) if heads else CELL_H
         ref = None
         for impl in ["ours"] + [i for i in impls if i != "ours"]:
-            base = {"impl": impl, "member": member, "B": B, "H": CELL_H, "T": T, "K": CELL_K, "V": V}
+            base = {"impl": impl, "member": member, "B": B, "H": H, "T": T, "K": CELL_K, "V": V}
             if time.time() - start > args.budget_s:
                 rows.append({**base, "status": "skipped", "reason": "time budget"})
                 continue
             row_options = resolved_fwd_options(impl)
-            if impl == "native" and B * CELL_H * T > args.native_max_head_tokens:
+            if impl == "native" and B * H * T > args.native_max_head_tokens:
                 rows.append({**base, "status": "skipped",
                              "reason": f"native above {args.native_max_head_tokens} head-tokens (memory)"})
                 continue
@@ -304,7 +306,7 @@ def profile_cells(cells: list[str], impls: list[str], args, ceilings: dict, rows
                 from lethe.kernels.gdn.launch_tables import overridden
 
                 with overridden(launch):
-                    row, grads = profile_cell(impl, member, B, CELL_H, T, CELL_K, V, args, ref, device=device)
+                    row, grads = profile_cell(impl, member, B, H, T, CELL_K, V, args, ref, device=device)
                     if row_options:  # the Triton forward's launch table as it ran (KEND, DIRECT, ...)
                         from lethe.kernels.gdn.triton_fwd import FWD_LAUNCH
 
@@ -317,7 +319,7 @@ def profile_cells(cells: list[str], impls: list[str], args, ceilings: dict, rows
                 ref = grads
                 if impl not in impls:
                     continue
-            row.update(floors(member, B, T, V, ceilings))
+            row.update(floors(member, B, T, V, ceilings, H=H))
             if row_options:
                 row["fwd_options"] = row_options
             rows.append(row)

@@ -204,3 +204,17 @@ def test_profile_doc(prof):
     doc = prof.profile_doc([{"impl": "ours"}], {"measured": False}, "cpu", time.time())
     assert doc["schema"] == "lethe.native.profile/1" and doc["rows"] == [{"impl": "ours"}]
     assert doc["families"] == prof.FAMILY_LABELS and doc["device"] == "cpu" and doc["seconds"] >= 0
+
+
+def test_profile_cells_takes_the_heads_from_the_cell(prof):
+    # member:d_v:T:B:H profiles at H heads (model shapes); the head-token cap and the floors use that H
+    import time
+
+    rows = []
+    prof.profile_cells(["gdn:16:64:1:3"], ["native", "ours"], _loop_args(native_max_head_tokens=150), {}, rows,
+                       time.time(), lambda: None, device="cpu")
+    by = {r["impl"]: r for r in rows}
+    assert by["ours"]["status"] == "ok" and by["ours"]["H"] == 3
+    assert by["native"]["status"] == "skipped" and by["native"]["H"] == 3  # 1*3*64 = 192 > 150
+    assert by["ours"]["counts"] == prof.floors("gdn", 1, 64, 16, {}, H=3)["counts"]
+    assert by["ours"]["counts"] != prof.floors("gdn", 1, 64, 16, {}, H=2)["counts"]
