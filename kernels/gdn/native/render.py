@@ -228,6 +228,11 @@ def member_label(r: dict) -> str:
     return r["member"]
 
 
+def _heads_cell(r: dict) -> str:
+    """The B*H cell of a profile row, naming H where it is not the profile's default of 2 (model shapes)."""
+    return str(r["B"] * r["H"]) if r["H"] == 2 else f"{r['B'] * r['H']} (H={r['H']})"
+
+
 def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
     """One line per profiled (call, implementation, cell) of ``kernel_profile.py`` results: the backward's
     CUDA-event median, the kernel trace summed by family, the heaviest kernel. ``calls`` holds
@@ -243,7 +248,8 @@ def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
             p = r["profile"]
             fam = p.get("families", {})
             top = (p.get("top_kernels") or [{}])[0]
-            rows.append([name, r["impl"], member_label(r), str(r["V"]), str(r["T"]), str(r["B"] * r["H"]),
+            rows.append([name, r["impl"], member_label(r), str(r["V"]), str(r["T"]),
+                         _heads_cell(r),
                          f"{r['bwd_wall_ms']:.3f}",
                          f"{r['fwd_bwd_wall_ms']:.3f}" if "fwd_bwd_wall_ms" in r else "-",
                          str(p["kernels"]), f"{p['kernel_sum_ms']:.3f}",
@@ -251,7 +257,7 @@ def profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str]:
                         + [f"{fam[f]['ms']:.3f}" if f in fam else "-" for f, _ in PROFILE_FAMILIES]
                         + [f"{_short_kernel(top.get('name', '-'))} ({top.get('ms', float('nan')):.3f})"])
     dev = next((d.get("device") for _, d, _ in calls if d.get("device")), "?")
-    cap = ("Where the GDN backward's time goes on {dev}: bf16 inputs, d_k=128, H=2; bwd ms is the median of "
+    cap = ("Where the GDN backward's time goes on {dev}: bf16 inputs, d_k=128, H=2 where the B*H column names no H; bwd ms is the median of "
            "CUDA-event timings of torch.autograd.grad after the forward (no profiler attached; two input sets "
            "rotated where the row says so in profile.json); fwd+bwd ms the same for forward and backward together "
            "(rows from later calls); the other columns come from one profiled backward "
@@ -278,14 +284,14 @@ def forward_profile_table(calls: list[tuple[str, dict, dict]]) -> tuple[str, str
             if r.get("status") != "ok" or not fp:
                 continue
             top = ", ".join(f"{_short_kernel(k['name'])} {k['ms']:.2f}" for k in fp.get("top_kernels", [])[:4])
-            rows.append([name, r["impl"], member_label(r), str(r["V"]), str(r["T"]), str(r["B"] * r["H"]),
+            rows.append([name, r["impl"], member_label(r), str(r["V"]), str(r["T"]), _heads_cell(r),
                          f"{r['fwd_bwd_wall_ms'] - r['bwd_wall_ms']:.3f}" if "fwd_bwd_wall_ms" in r else "-",
                          str(fp.get("kernels", "-")), f"{fp.get('kernel_sum_ms', float('nan')):.3f}", top])
     if not rows:
         return "", ""
     dev = next((d.get("device") for _, d, _ in calls if d.get("device")), "?")
     cap = ("The forward's kernels on {dev} (same cells and inputs as the backward profile): fwd ms = fwd+bwd ms "
-           "minus bwd ms (both CUDA-event medians); kernels and kernel sum from one profiled forward; the "
+           "minus bwd ms (both CUDA-event medians); H=2 where the B*H column names no H; kernels and kernel sum from one profiled forward; the "
            "heaviest kernels with their ms.").format(dev=dev)
     return _both(["call", "impl", "member", "d_v", "T", "B*H", "fwd ms", "kernels", "kernel sum ms",
                   "heaviest kernels (ms)"], rows, cap)
