@@ -24,7 +24,11 @@ statuses were compared with the old ones: every status equal except ORD-03 of ``
 PRC-02) and ``rowsum_sequential``, whose red-team candidate now keeps its total in fp16 (fails every value gate).
 When the candidate worker stopped rounding bfloat16 weights through float16 (a verifier bug: PRC-02 false fails
 of correct kernels, found by the hand-audit), every status stayed as it was; this machine's evidence file was
-written from that code.
+written from that code. When the conditioning floor was extended from CMP-01/02 to every value gate and
+ORD-03's cancel rows got the any-order layer model (lethe.plan/5; trusted-corpus false fails D1/D2), every status
+stayed as it was and the bounds, hence the evidence, moved: the main file was rewritten on this CI machine class
+(fingerprint in golden/grading_rows.fingerprint) and the other machine's evidence file, written by the earlier
+bounds, was removed.
 
 Machines. The verdict statuses are one set for every machine: ``golden/grading_rows.json`` holds them, and every
 machine is held to them gate by gate. The evidence bits also depend on the machine's float32 arithmetic (its BLAS

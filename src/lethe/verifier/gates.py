@@ -369,8 +369,9 @@ def _vt(b: Bundle, rel_k: float | None = None):
     return lambda r, d, n: tol.value_tol(r, d, n, b.constants, rel_k=rel_k)
 
 
-VT = ("value_tol",)  # tol_key of _vt(b): CMP-03, PRC-01/02, EXC-01/02 share their comparisons
-VT_COND = ("value_tol", "cond")  # CMP-01: value_tol raised to the conditioning floor
+# tol_key of _vt(b) raised to the conditioning floor where the probe measured one (probes.measures_floor):
+# CMP-01, CMP-03, PRC-01/02 and EXC-01/02 share their comparisons of one probe
+VT_COND = ("value_tol", "cond")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -464,7 +465,7 @@ def cmp_03(b: Bundle) -> GateResult:
     "pass" on the base shape alone."""
     per = {}
     for m in b.probes("CMP-03"):
-        per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b), tol_key=VT)
+        per[m["id"]] = _value_probe(b, m, "CMP-03", _vt(b), tol_key=VT_COND, cond=True)
     planned = [k for k in per if k != "rand0"]
     variants = [k for k in planned if per[k]["status"] in ("pass", "fail")]
     res = _fold("CMP-03", per, b, "no shape probe was gradable")
@@ -492,7 +493,8 @@ def ord_01(b: Bundle) -> GateResult:
     def bound(r, d, n):
         return tol.ord01_bound(r, d, n, c)
 
-    per = {m["id"]: _value_probe(b, m, "ORD-01", bound) for m in b.probes("ORD-01")}
+    per = {m["id"]: _value_probe(b, m, "ORD-01", bound, tol_key=("ord01_bound", "cond"), cond=True)
+           for m in b.probes("ORD-01")}
     return _fold("ORD-01", per, b, "no reduction probe was gradable")
 
 
@@ -566,7 +568,10 @@ def ord_03(b: Bundle) -> GateResult:
     their spread, run only for operators that are invariant to the shift (norms, softmax: the reference decides,
     probes.offset_condition); the candidate stays within K_COND*sqrt(N) times the reference's own measured
     sensitivity to eps-relative input perturbations (tolerance.ord03_offset_bound), i.e. within what the
-    problem's condition allows a backward-stable algorithm. Why: a narrow running total returns ~0 on the first
+    problem's condition allows a backward-stable algorithm. Both bounds are raised to the conditioning floor
+    (tolerance.with_cond_floor), which on ``cancel`` includes the any-order error of every gemm/convolution layer
+    carried to the output (reference._LayerRoundingRun): after a norm or a softmax the output's sum|terms|
+    understates what a layer summed. Why: a narrow running total returns ~0 on the first
     while the exact answer is O(N); a one-pass variance E[x^2] - E[x]^2 keeps no correct digit on the second
     while a two-pass or Welford variance does; zero-mean random inputs expose neither."""
     c = b.constants
@@ -595,6 +600,7 @@ def ord_03(b: Bundle) -> GateResult:
             key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"])
             if key not in b.memo:
                 t = tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c)
+                t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c)
                 b.memo[key] = compare(r, outs[k], m["dtype"], t, b.profile)
             summaries.append(b.memo[key])
         bad = [k for k, s in enumerate(summaries) if not s["ok"]]
@@ -617,7 +623,7 @@ def ord_03(b: Bundle) -> GateResult:
         scale = float(m.get("abs_scale", 0.0))
         per[m["id"]] = _value_probe(
             b, m, "ORD-03", lambda r, d, n, s=scale: tol.ord03_bound(r, max(s, tol.output_scale(r)), d, n, c),
-            tol_key=("ord03_bound", scale))
+            tol_key=("ord03_bound", scale, "cond"), cond=True)
     return _fold("ORD-03", per, b, "no cancellation probe was gradable")
 
 
@@ -644,9 +650,9 @@ def _precision_gate(b: Bundle, gate: str) -> dict:
             scale = float(m.get("abs_scale", 0.0))
             per[m["id"]] = _value_probe(
                 b, m, gate, lambda r, d, n, s=scale: tol.prc02_bracket_tol(r, s, d, n, b.constants),
-                tol_key=("prc02_bracket_tol", scale))
+                tol_key=("prc02_bracket_tol", scale, "cond"), cond=True)
             continue
-        per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT)
+        per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT_COND, cond=True)
     return per
 
 
@@ -676,7 +682,7 @@ def exc_01(b: Bundle) -> GateResult:
     and finite positions stay within CMP-01 tolerance (agreeing non-finite values are not value mismatches).
     Under fast-math, positions where the reference is NaN are not graded. Why: masking NaN hides divergence in
     training, and a kernel that spreads Inf across a row corrupts everything downstream."""
-    per = {m["id"]: _value_probe(b, m, "EXC-01", _vt(b), tol_key=VT) for m in b.probes("EXC-01")}
+    per = {m["id"]: _value_probe(b, m, "EXC-01", _vt(b), tol_key=VT_COND, cond=True) for m in b.probes("EXC-01")}
     return _fold("EXC-01", per, b, "no non-finite probe was gradable")
 
 
@@ -689,7 +695,7 @@ def exc_02(b: Bundle) -> GateResult:
     per = {}
     for m in b.probes("EXC-02"):
         alt = "ftz" if b.profile.allow_ftz else None
-        per[m["id"]] = _value_probe(b, m, "EXC-02", _vt(b), alt_prefix=alt, tol_key=VT)
+        per[m["id"]] = _value_probe(b, m, "EXC-02", _vt(b), alt_prefix=alt, tol_key=VT_COND, cond=True)
     return _fold("EXC-02", per, b, "no subnormal probe was gradable")
 
 

@@ -504,14 +504,8 @@ def _base_faults(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: d
     return None
 
 
-# Perturbed re-runs per CMP-01/CMP-02 probe for the conditioning floor (tolerance.cond_floor): COND_PAIRS fresh
-# sets of independent signs d, each run as +d and as -d (an antithetic pair), so 2 * COND_PAIRS re-runs; the
-# per-element maximum over them is what the gates read. Why pairs: behind a one-sided operator (relu, clamp,
-# max) of a value that is exactly at the kink -- relu of the mean of group-normalised values, exactly 0 -- a
-# single draw moves the value to the flat side half of the time and shows no spread at all; with +d and -d one
-# of the two lands on the sloped side wherever the first-order change is non-zero.
-COND_PAIRS = 2
-COND_DRAWS = 2 * COND_PAIRS
+# Perturbed re-runs per probe for the conditioning floor: probes.COND_PAIRS antithetic pairs (why pairs: there).
+COND_PAIRS, COND_DRAWS = P.COND_PAIRS, P.COND_DRAWS
 
 
 def cond_unit(dtype: str) -> float:
@@ -566,6 +560,63 @@ class _PerturbedRun:
                 h.remove()
 
 
+_CONV_TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
+_PRODUCT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d) + _CONV_TRANSPOSED
+
+
+def layer_terms(mod) -> int:
+    """How many products one output element of a gemm/convolution layer sums (at most): in_features; C_in/groups
+    x the kernel's size; for a transposed convolution C_in x the kernel's size (its weight is [C_in, C_out/groups,
+    k...]; a stride only lowers it)."""
+    w = mod.weight
+    if isinstance(mod, _CONV_TRANSPOSED):
+        return int(w.shape[0] * math.prod(w.shape[2:]))
+    return int(w[0].numel())
+
+
+class _LayerRoundingRun:
+    """One draw of the any-order model of ORD-03's cancellation probe: every gemm and convolution layer's output
+    y is replaced by y + d * gamma_n * |layer|(|x|), d = +-1 per element from ``gen``, where |layer| is the layer
+    with |weight| and |bias| applied to |x| (sum|terms| of each output element, the layer's own) and gamma_n the
+    any-order bound of a length-n fp32 reduction (tolerance.sum_gamma, n = :func:`layer_terms`).
+
+    Why. The probe's rows +B, ..., -B make a layer's products large while its output cancels; an honest fp32
+    layer may err by up to gamma_n * sum|terms| there in any order, and that error is then carried by every
+    later operator (an activation, a norm, a softmax) to the model's output. ORD-03's own bound measures sum|terms|
+    at the output, by the reference on |x|, which after a norm or a saturating activation understates what the
+    layer summed by orders of magnitude; this run measures what the layer's worst honest error does downstream
+    instead. A running total narrower than fp32 errs by ~2^13 (fp16) to 2^16 (bf16) times gamma_n."""
+
+    def __init__(self, model64, dtype: str, gen: torch.Generator, sign: float = 1.0):
+        self.model, self.dtype, self.gen, self.sign = model64, dtype, gen, sign
+
+    def _hook(self, mod, inp, out):
+        if not (isinstance(out, torch.Tensor) and out.is_floating_point() and inp
+                and isinstance(inp[0], torch.Tensor)):
+            return out
+        saved = [q.detach().clone() for q in mod.parameters(recurse=False)]
+        try:
+            with torch.no_grad():
+                for q in mod.parameters(recurse=False):
+                    q.abs_()
+                terms = mod.forward(inp[0].abs(), *inp[1:])
+        finally:
+            with torch.no_grad():
+                for q, v in zip(mod.parameters(recurse=False), saved, strict=True):
+                    q.copy_(v)
+        g = tol.sum_gamma(layer_terms(mod), self.dtype)
+        return out + self.sign * g * _signs(out.shape, self.gen, out.device) * terms
+
+    def __call__(self, ref: Float64Reference, x64: list):
+        hooks = [m.register_forward_hook(self._hook) for m in self.model.modules()
+                 if isinstance(m, _PRODUCT_LAYERS) and getattr(m, "weight", None) is not None]
+        try:
+            return ref(*x64)
+        finally:
+            for h in hooks:
+                h.remove()
+
+
 def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> None:
     """acc[key] = max(acc[key], |new - base|) elementwise; a non-finite difference counts as 0 (a floor must
     never come from an overflow of the perturbed problem)."""
@@ -580,22 +631,26 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe;
     for a backward probe (``ups`` given: the same upstream gradients) ``p/<id>/gcond<j>`` for input j's
     gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
-    alone already does to the exact answer; tolerance.cond_floor turns it into a floor under CMP-01/CMP-02's
-    tolerance. Float64, seeded from the probe's own seed (deterministic), before any candidate exists. Returns
+    alone already does to the exact answer; tolerance.cond_floor turns it into a floor under the bounds of
+    the gates that read it (CMP-02, and probes.FLOOR_GATES on the probes probes.measures_floor names). Float64, seeded from the probe's own seed (deterministic), before any candidate exists. Returns
     the meta entry (draws, u). The model's state is reloaded from ``state`` afterwards."""
     pid = probe.id
     u = cond_unit(probe.dtype)
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 3)
     acc: dict[str, np.ndarray] = {}
     try:
-        for i in range(COND_DRAWS):
+        # ORD-03's cancellation rows also get LAYER_DRAWS draws of the any-order layer model (one antithetic pair)
+        n_draws = COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" and ups is None else 0)
+        for i in range(n_draws):
             if i % 2 == 0:
                 pair_start = gen.get_state()
             else:  # the same signs again (the forward draws them in the same order), negated
                 gen.set_state(pair_start)
             model64.load_state_dict(state)
             ref = Float64Reference(model64)
-            run = _PerturbedRun(model64, u, gen, sign=1.0 if i % 2 == 0 else -1.0)
+            sign = 1.0 if i % 2 == 0 else -1.0
+            run = (_PerturbedRun(model64, u, gen, sign=sign) if i < COND_DRAWS
+                   else _LayerRoundingRun(model64, probe.dtype, gen, sign=sign))
             if ups is None:
                 with torch.no_grad():
                     outs = flatten(run(ref, [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]))
@@ -623,7 +678,7 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
         model64.zero_grad(set_to_none=True)
         model64.load_state_dict(state)
     arrays.update(acc)
-    return {"draws": COND_DRAWS, "u": u}
+    return {"draws": COND_DRAWS, "u": u, **({"layer_draws": n_draws - COND_DRAWS} if n_draws > COND_DRAWS else {})}
 
 
 # How a probe's reason starts when the reference raised while running it (lethe.verifier.reference._run_probe).
@@ -782,7 +837,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         arrays[f"p/{pid}/ref{k}"] = to_np(o)
         ometa.append({"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
     meta["outputs"] = ometa
-    if probe.action != "backward" and "CMP-01" in probe.gates:
+    if P.measures_floor(probe):
         budget.enter(f"measuring the outputs' conditioning on probe {pid}")
         try:
             unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]

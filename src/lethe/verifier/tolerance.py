@@ -46,7 +46,7 @@ a few elementwise steps deeper than its forward). A gradient wrong by a relative
 fails for N up to ~1e3 on the elements where ``|r_i| >~ S``, and wrong terms (a dropped product-rule term, a
 normaliser treated as a constant) are O(1) relative.
 
-Conditioning (CMP-01 and CMP-02, :func:`cond_floor`). Every term above scales with the output (|r_i| + S) and
+Conditioning (every value gate, :func:`cond_floor`). Every term above scales with the output (|r_i| + S) and
 so assumes the operator is well conditioned. When it is not, an honest fp32 result is off by more: a large
 convolution or gemm that cancels into the unsaturated range of tanh/clamp/softmax carries the accumulator's
 rounding of sum|terms|, far above |r_i|; a batch/instance/group norm of a constant (exact result beta, or 0)
@@ -68,8 +68,17 @@ spread_i ~ u * |r_i| and the floor, 4 * sqrt(N) * u * |r_i|, is half of value_to
 (ORD_K * eps_acc * sqrt(N) * (|r_i| + S) = 8 * u * sqrt(N) * (|r_i| + S)); it only rises where the reference
 itself says the problem amplifies rounding. It comes from a measurement, never a constant: a narrower
 accumulator (bf16, fp16) errs by 2^16 or 2^13 times u per rounding: a bf16 gemm on the ill-conditioned
-gemm-into-tanh test stays outside the floor on most elements (tests/verifier/test_reference.py). Only CMP-01 and CMP-02 read it: ORD-01, ORD-03, PRC-01/02 and EXC-01/02
-test one property each on probes built for it, and keep their own bounds.
+gemm-into-tanh test stays outside the floor on most elements (tests/verifier/test_reference.py). Every value
+gate reads it (probes.FLOOR_GATES: CMP-01/02/03, ORD-01/03, PRC-01/02, EXC-01/02) on the probes whose spread the
+reference measures (probes.measures_floor: every forward probe but the CMP-03 shape variants, which are
+budgeted one forward each and keep CMP-03's own bound). Each of those gates tests one
+property on probes built for it, and the floor leaves that property's test intact: on ORD-01's same-sign rows
+and PRC-02's ones the output is well conditioned (spread ~ u * |r_i|, half of the gate's own term, as above);
+on ORD-03's +B ... -B rows the spread of a sum is ~u * B, K_COND * sqrt(N) * u * B, against the gate's
+gamma_N * sum|terms| ~ 2 * N * u * B; a narrower running total misses by orders of magnitude more on all of
+them. What the floor adds is the problem's own ill-conditioning, which those probes meet as CMP-01's do: the
+all-ones rows of PRC-02 and the subnormal inputs of EXC-02 make a norm's channel constant, a batch of two at
+1x1 spatial size makes batch norm amplify rounding 1e5-fold on every probe.
 
 The constants are the calibration engineer's knobs (``lethe.calibration`` sweeps them); every gate reads them
 from here and records the values it used in its evidence.
@@ -365,7 +374,7 @@ def ord03_offset_bound(ref: np.ndarray, sens: np.ndarray, dtype, n: int, c: Cons
 
 
 def cond_floor(spread: np.ndarray, n: int, c: Constants = DEFAULT) -> np.ndarray:
-    """The conditioning floor under CMP-01/CMP-02 (module docstring, "Conditioning"): ``K_COND * sqrt(N) *
+    """The conditioning floor under the value gates' bounds (module docstring, "Conditioning"): ``K_COND * sqrt(N) *
     spread_i``, spread_i = max over the reference's perturbed draws of |f(data(1 + u d)) - f(data)|_i (u the
     accumulator's unit roundoff, lethe.verifier.reference.conditioning_spread). A non-finite spread counts as 0."""
     s = np.abs(np.asarray(spread, dtype=np.float64))
@@ -376,7 +385,11 @@ def cond_floor(spread: np.ndarray, n: int, c: Constants = DEFAULT) -> np.ndarray
 def with_cond_floor(t: np.ndarray, spread: np.ndarray | None, n: int, c: Constants = DEFAULT) -> np.ndarray:
     """max(t, cond_floor(spread)) elementwise; ``t`` unchanged when no spread was measured (or it does not
     match the output's shape: a floor never applies to elements it was not measured on)."""
-    if spread is None or np.shape(spread) != np.shape(t):
+    if spread is None:
+        return t
+    if np.ndim(t) == 0:  # a bound that is one number for the whole output
+        t = np.full(np.shape(spread), float(t))
+    if np.shape(spread) != np.shape(t):
         return t
     return np.maximum(t, cond_floor(spread, n, c))
 
