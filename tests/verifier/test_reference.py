@@ -413,3 +413,127 @@ def test_antithetic_pairs_reach_the_sloped_side_of_a_kink():
     arrays, meta, _ = _spread(_MeanRelu(), torch.randn(256, 64))
     assert meta["draws"] == COND_DRAWS
     assert (arrays["p/p0/cond0"] > 0).all()
+
+
+# ---- the layer model on ORD-03's cancel rows, and the floor's budget --------------------------------------------
+
+class _GemmNorm(torch.nn.Module):
+    """gemm -> batch norm over the batch: ORD-03's +B ... -B rows make the gemm's products ~B while the norm's
+    output is O(1), so sum|terms| taken at the output understates what the gemm summed (trusted-corpus D2)."""
+
+    def __init__(self, k=512, n=24):
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+        self.bn = torch.nn.BatchNorm1d(n)
+
+    def forward(self, x):
+        return self.bn(self.lin(x))
+
+
+def _cancel_rows(b=32, k=512, seed=4):
+    gen = torch.Generator().manual_seed(seed)
+    return P.cancellation_values((b, k), gen).float()
+
+
+def _cancel_spread(model, x):
+    m64 = copy.deepcopy(model).double()
+    state = {k: v.clone() for k, v in m64.state_dict().items()}
+    probe = P.Probe("cancel", "cancel", ("ORD-03",))
+    x64 = [x.double()]
+    with torch.no_grad():
+        out = m64(*x64)
+    arrays = {"p/cancel/ref0": out.numpy().copy()}
+    meta = conditioning_spread(m64, state, x64, probe, 7, arrays)
+    return arrays, meta, out
+
+
+def test_layer_terms_counts_the_products_of_one_output():
+    from lethe.verifier.reference import layer_terms
+
+    assert layer_terms(torch.nn.Linear(37, 5)) == 37
+    assert layer_terms(torch.nn.Conv2d(6, 4, (3, 5), groups=2)) == 3 * 15
+    assert layer_terms(torch.nn.ConvTranspose2d(6, 4, (3, 5))) == 6 * 15
+
+
+def test_cancel_rows_get_the_layer_model_which_covers_fp32_and_not_fp16_totals():
+    """The any-order layer model (reference._LayerRoundingRun) raises ORD-03's bound on a gemm -> norm to what an
+    fp32 gemm may honestly err there; a gemm whose running total is fp16 stays far outside it."""
+    torch.manual_seed(5)
+    model, x = _GemmNorm(), _cancel_rows()
+    model.train()
+    arrays, meta, ref = _cancel_spread(model, x)
+    assert meta["draws"] == COND_DRAWS and meta["layer_draws"] == P.LAYER_DRAWS
+    n = _T.reduction_length([tuple(x.shape)], [tuple(ref.shape)])
+    with torch.no_grad():
+        xa = x.abs().double()
+        m64 = copy.deepcopy(model).double()
+        scale = _T.output_scale(m64(xa).numpy())
+        bound = _T.ord03_bound(ref.numpy(), max(scale, _T.output_scale(ref.numpy())), "float32", n)
+        t = _T.with_layer_floor(_T.with_cond_floor(bound, arrays["p/cancel/cond0"], n), arrays["p/cancel/layer0"])
+        lin = model.lin
+        # an honest fp32 gemm holding B in a serial running total, then the norm in float64
+        y32 = torch.zeros(x.shape[0], lin.out_features, dtype=torch.float32)
+        for i in range(x.shape[1]):
+            y32 += x[:, i:i + 1] * lin.weight[:, i]
+        y32 += lin.bias
+        honest = model.bn(y32.double().float()).double()
+        y16 = torch.zeros(x.shape[0], lin.out_features, dtype=torch.float16)
+        for i in range(x.shape[1]):
+            y16 += (x[:, i:i + 1] * lin.weight[:, i]).half()
+        narrow = model.bn((y16.float() + lin.bias)).double()
+    err = (honest - ref).abs().numpy()
+    assert (err > bound).any()  # the false fail the layer model exists for
+    assert (err <= t).all()
+    assert ((narrow - ref).abs().numpy() > t).mean() > 0.5
+
+
+def test_the_optional_floor_is_measured_only_within_its_share_of_the_budget():
+    from lethe.verifier.reference import FLOOR_TIME_SHARE, _Budget, measures_optional_floor
+
+    assert _Budget({"timeout_s": 100}).floor_refusal(1.0, 0) == ""
+    late = _Budget({"timeout_s": 100})
+    late.start -= FLOOR_TIME_SHARE * 100 - 0.5
+    why = late.floor_refusal(1.0, 0)
+    assert why.startswith("not measured") and "100 s budget" in why
+    assert "MB budget" in _Budget({"memory_mb": 1}).floor_refusal(0.0, 0)  # this process holds more than 0.6 MB
+    assert _Budget(None).floor_refusal(1e9, 1 << 40) == ""  # no budget: always measured
+    # CMP-01's floor is part of its bound; every other value probe's is optional; shape variants measure none
+    plan = {p.id: p for p in P.base_plan()} if hasattr(P, "base_plan") else None
+    rand0 = P.Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"))
+    acc = P.Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16")
+    shape = P.Probe("shape_n=7", "rand", ("CMP-03",), patch=(("n", 7),), draw=3)
+    longp = P.Probe("ord01_n", "positive", ("ORD-01",), patch=(("n", 4099),))
+    grad = P.Probe("grad", "rand", ("CMP-02",), action="backward")
+    assert P.measures_floor(rand0) and not measures_optional_floor(rand0)
+    assert P.measures_floor(acc) and measures_optional_floor(acc)
+    assert P.measures_floor(longp) and measures_optional_floor(longp)
+    assert not P.measures_floor(shape) and not P.measures_floor(grad)
+    del plan
+
+
+def test_layer_model_covers_a_norms_any_order_mean_and_not_a_one_pass_variance():
+    """Cancel rows through gemm -> training-mode batch norm over 4099 rows: each column is ~940 +- 0.15, so the
+    fp32 sum behind the mean may honestly err by gamma_4099 * sum|x| in any order, which torch's own CPU batch norm
+    uses (0.3 off on an O(1) output, trusted-corpus L2/33); the layer model's norm term covers it, while a one-pass
+    variance E[x^2] - E[x]^2 in fp32 is far outside it."""
+    torch.manual_seed(0)
+    model = _GemmNorm(k=96, n=40)
+    model.train()
+    x = _cancel_rows(b=4099, k=96, seed=1)
+    arrays, _, ref = _cancel_spread(model, x)
+    n = _T.reduction_length([tuple(x.shape)], [tuple(ref.shape)])
+    with torch.no_grad():
+        m64 = copy.deepcopy(model).double()
+        scale = _T.output_scale(m64(x.abs().double()).numpy())
+        bound = _T.ord03_bound(ref.numpy(), max(scale, _T.output_scale(ref.numpy())), "float32", n)
+        t = _T.with_layer_floor(_T.with_cond_floor(bound, arrays["p/cancel/cond0"], n), arrays["p/cancel/layer0"])
+        honest = model(x).double()
+        y = model.lin(x)
+        mean = y.mean(0)
+        var = (y * y).mean(0) - mean * mean
+        one_pass = ((y - mean) / torch.sqrt(var.clamp_min(0) + model.bn.eps) * model.bn.weight + model.bn.bias).double()
+    assert ((honest - ref).abs().numpy() <= t).all()
+    # the any-order worst case of a 4099-term mean is loose here (up to ~1.5 on an O(1) output), yet the one-pass
+    # variance leaves it by two orders of magnitude on whole columns (the offset probe is its dedicated test)
+    over = (one_pass - ref).abs().numpy() / t
+    assert over.max() > 100 and (over > 1).mean() > 0.2

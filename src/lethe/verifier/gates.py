@@ -322,11 +322,13 @@ def _fold(gate: str, per_probe: dict[str, dict], b: Bundle, empty_reason: str) -
 
 
 def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray, str, int], np.ndarray],
-                 alt_prefix: str | None = None, tol_key: tuple | None = None, cond: bool = False) -> dict:
+                 alt_prefix: str | None = None, tol_key: tuple | None = None, cond: bool = False,
+                 layer: bool = False) -> dict:
     """Grade every output of one probe with ``tol_fn(ref, dtype, N)``. ``tol_key`` names the tolerance
     function (gates that grade a probe with the same one share its comparison); by default the gate does.
     ``cond``: raise the tolerance to the reference's conditioning floor where one was measured
-    (tolerance.with_cond_floor on ``p/<id>/cond<k>``)."""
+    (tolerance.with_cond_floor on ``p/<id>/cond<k>``); ``layer``: and to the any-order layer model's spread
+    (tolerance.with_layer_floor on ``p/<id>/layer<k>``, ORD-03's cancellation rows)."""
     st = _probe_status(b, meta, gate)
     if st is not None:
         return {"status": st[0], "reason": st[1]}
@@ -348,6 +350,8 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             t = tol_fn(r, meta["dtype"], meta["N"]) if np.issubdtype(r.dtype, np.floating) else 0.0
             if cond and np.issubdtype(r.dtype, np.floating):
                 t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
+            if layer and np.issubdtype(r.dtype, np.floating):
+                t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
             b.memo[key] = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
         summaries.append(b.memo[key])
     ok = all(s["ok"] for s in summaries)
@@ -361,8 +365,18 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             reason = (f"output {k}: {s['n_bad']}/{s.get('n', '?')} elements out of contract "
                       f"(max |err| {s.get('max_abs_err', 0):.3g}, max err/tol {s.get('max_err_over_tol', 0):.3g}, "
                       f"new non-finite {s.get('new_nonfinite', 0)}, lost non-finite {s.get('lost_nonfinite', 0)})")
-    return {"status": "pass" if ok else "fail", "reason": reason, "outputs": summaries, "N": meta["N"],
-            "dtype": meta["dtype"]}
+    out = {"status": "pass" if ok else "fail", "reason": reason, "outputs": summaries, "N": meta["N"],
+           "dtype": meta["dtype"]}
+    return _with_floor_note(out, meta) if cond else out
+
+
+def _with_floor_note(res: dict, meta: dict) -> dict:
+    """``res`` with ``floor``: why the probe's conditioning floor was not measured (reference.floor_refusal,
+    an error while measuring), when it was not: the probe was then graded by the gate's own bound alone."""
+    cond = meta.get("cond") or {}
+    if cond and not cond.get("draws"):
+        res["floor"] = str(cond.get("reason", "not measured"))[:300]
+    return res
 
 
 def _vt(b: Bundle, rel_k: float | None = None):
@@ -569,9 +583,9 @@ def ord_03(b: Bundle) -> GateResult:
     probes.offset_condition); the candidate stays within K_COND*sqrt(N) times the reference's own measured
     sensitivity to eps-relative input perturbations (tolerance.ord03_offset_bound), i.e. within what the
     problem's condition allows a backward-stable algorithm. Both bounds are raised to the conditioning floor
-    (tolerance.with_cond_floor), which on ``cancel`` includes the any-order error of every gemm/convolution layer
-    carried to the output (reference._LayerRoundingRun): after a norm or a softmax the output's sum|terms|
-    understates what a layer summed. Why: a narrow running total returns ~0 on the first
+    (tolerance.with_cond_floor), and ``cancel``'s to the any-order error of every gemm/convolution layer carried
+    to the output (reference._LayerRoundingRun, tolerance.with_layer_floor: a worst case, no margin): after a
+    norm or a softmax the output's sum|terms| understates what a layer summed. Why: a narrow running total returns ~0 on the first
     while the exact answer is O(N); a one-pass variance E[x^2] - E[x]^2 keeps no correct digit on the second
     while a two-pass or Welford variance does; zero-mean random inputs expose neither."""
     c = b.constants
@@ -612,8 +626,8 @@ def ord_03(b: Bundle) -> GateResult:
                       f"output {bad[0]}: {s['n_bad']}/{s.get('n', '?')} elements beyond the condition bound "
                       f"(max |err| {s.get('max_abs_err', 0):.3g}, max err/tol {s.get('max_err_over_tol', 0):.3g}, "
                       f"new non-finite {s.get('new_nonfinite', 0)}, lost non-finite {s.get('lost_nonfinite', 0)})")
-        return {"status": "fail" if bad else "pass", "reason": reason, "outputs": summaries, "N": m["N"],
-                "dtype": m["dtype"], "offset": m.get("offset", {})}
+        return _with_floor_note({"status": "fail" if bad else "pass", "reason": reason, "outputs": summaries,
+                                 "N": m["N"], "dtype": m["dtype"], "offset": m.get("offset", {})}, m)
 
     per = {}
     for m in b.probes("ORD-03"):
@@ -623,7 +637,7 @@ def ord_03(b: Bundle) -> GateResult:
         scale = float(m.get("abs_scale", 0.0))
         per[m["id"]] = _value_probe(
             b, m, "ORD-03", lambda r, d, n, s=scale: tol.ord03_bound(r, max(s, tol.output_scale(r)), d, n, c),
-            tol_key=("ord03_bound", scale, "cond"), cond=True)
+            tol_key=("ord03_bound", scale, "cond", "layer"), cond=True, layer=True)
     return _fold("ORD-03", per, b, "no cancellation probe was gradable")
 
 

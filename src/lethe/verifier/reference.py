@@ -38,6 +38,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import tokenize
 import traceback
 import types
@@ -78,6 +79,29 @@ class _Budget:
         self.memory_mb = budget.get("memory_mb")
         self.timeout_s = budget.get("timeout_s")
         self.phase = "starting"
+        self.start = time.monotonic()
+
+    def floor_refusal(self, seconds: float, nbytes: int) -> str:
+        """Why an optional conditioning floor (:func:`measures_optional_floor`) that would take about
+        ``seconds`` more and hold ``nbytes`` more must not be measured, or "" when it fits: it may use the first
+        FLOOR_TIME_SHARE of the time budget and FLOOR_MEMORY_SHARE of the memory budget, so that the probes
+        still to run, which every gate needs, are never the ones that run out."""
+        if self.timeout_s:
+            used = time.monotonic() - self.start
+            if used + seconds > FLOOR_TIME_SHARE * self.timeout_s:
+                return (f"not measured: {used:.0f} s used + ~{seconds:.0f} s for its {P.COND_DRAWS} draws would "
+                        f"pass {FLOOR_TIME_SHARE:g} x the reference's {self.timeout_s:g} s budget")
+        if self.memory_mb:
+            try:
+                import psutil
+
+                rss = psutil.Process().memory_info().rss
+            except Exception:  # noqa: BLE001 - without a reading the time rule alone decides
+                return ""
+            if rss + nbytes > FLOOR_MEMORY_SHARE * self.memory_mb * 2**20:
+                return (f"not measured: {rss / 2**20:.0f} MB held + {nbytes / 2**20:.0f} MB for its spread "
+                        f"would pass {FLOOR_MEMORY_SHARE:g} x the reference's {self.memory_mb} MB budget")
+        return ""
 
     def enter(self, phase: str) -> None:
         self.phase = phase
@@ -93,6 +117,19 @@ class _Budget:
 
     def time_error(self) -> str:
         return f"reference exceeded its {self.timeout_s:g} s time budget while {self.phase}"
+
+
+# The shares of the reference's time and memory budgets within which the optional conditioning floors are
+# measured (_Budget.floor_refusal): beyond them a probe is graded by its gate's own bound, as the gate did before
+# it read the floor, and its evidence says why.
+FLOOR_TIME_SHARE = 0.5
+FLOOR_MEMORY_SHARE = 0.6
+
+
+def measures_optional_floor(probe: P.Probe) -> bool:
+    """A floor the reference measures only within its budget: every probes.measures_floor probe but CMP-01's,
+    whose floor is part of CMP-01's bound whatever it costs."""
+    return P.measures_floor(probe) and "CMP-01" not in probe.gates
 
 
 # Prefix of the phase lines the reference writes to stderr (read back by lethe.verifier.api).
@@ -562,6 +599,38 @@ class _PerturbedRun:
 
 _CONV_TRANSPOSED = (torch.nn.ConvTranspose1d, torch.nn.ConvTranspose2d, torch.nn.ConvTranspose3d)
 _PRODUCT_LAYERS = (torch.nn.Linear, torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d) + _CONV_TRANSPOSED
+_BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+_INSTANCE_NORMS = (torch.nn.InstanceNorm1d, torch.nn.InstanceNorm2d, torch.nn.InstanceNorm3d)
+_NORM_LAYERS = _BATCH_NORMS + _INSTANCE_NORMS + (torch.nn.GroupNorm, torch.nn.LayerNorm)
+
+
+def _norm_statistics(mod, x: torch.Tensor):
+    """(x viewed so that its last axis holds each statistic's elements, the shape to broadcast a per-statistic
+    value back onto x, the norm's affine weight broadcastable onto x or None) for a norm layer that computes
+    statistics of ``x`` in this call; None when it uses running statistics instead (batch norm in eval mode)."""
+    if isinstance(mod, _BATCH_NORMS):
+        if not (mod.training or mod.running_mean is None):
+            return None
+        c = x.shape[1]
+        v = x.transpose(0, 1).reshape(c, -1)
+        back = (1, c) + (1,) * (x.dim() - 2)
+    elif isinstance(mod, _INSTANCE_NORMS):
+        if x.dim() < 3:
+            return None
+        v = x.reshape(x.shape[0], x.shape[1], -1)
+        back = tuple(x.shape[:2]) + (1,) * (x.dim() - 2)
+    elif isinstance(mod, torch.nn.GroupNorm):
+        n, g = x.shape[0], mod.num_groups
+        v = x.reshape(n, g, -1)
+        return v, (n, g), None  # broadcast per group below
+    else:  # LayerNorm over its trailing normalized_shape
+        k = len(mod.normalized_shape)
+        v = x.reshape(*x.shape[:x.dim() - k], -1)
+        back = tuple(x.shape[:x.dim() - k]) + (1,) * k
+    w = getattr(mod, "weight", None)
+    if w is not None and isinstance(mod, _BATCH_NORMS + _INSTANCE_NORMS):
+        w = w.reshape((1, -1) + (1,) * (x.dim() - 2))
+    return v, back, w
 
 
 def layer_terms(mod) -> int:
@@ -578,7 +647,9 @@ class _LayerRoundingRun:
     """One draw of the any-order model of ORD-03's cancellation probe: every gemm and convolution layer's output
     y is replaced by y + d * gamma_n * |layer|(|x|), d = +-1 per element from ``gen``, where |layer| is the layer
     with |weight| and |bias| applied to |x| (sum|terms| of each output element, the layer's own) and gamma_n the
-    any-order bound of a length-n fp32 reduction (tolerance.sum_gamma, n = :func:`layer_terms`).
+    any-order bound of a length-n fp32 reduction (tolerance.sum_gamma, n = :func:`layer_terms`); every norm
+    layer that computes statistics (batch norm in training mode, instance, group and layer norm) has its mean
+    off by d * gamma_M * mean|x| per statistic of M elements, carried to its output (:func:`_norm_statistics`).
 
     Why. The probe's rows +B, ..., -B make a layer's products large while its output cancels; an honest fp32
     layer may err by up to gamma_n * sum|terms| there in any order, and that error is then carried by every
@@ -589,6 +660,28 @@ class _LayerRoundingRun:
 
     def __init__(self, model64, dtype: str, gen: torch.Generator, sign: float = 1.0):
         self.model, self.dtype, self.gen, self.sign = model64, dtype, gen, sign
+
+    def _norm_hook(self, mod, inp, out):
+        """A norm layer's mean off by d * gamma_M * mean|x| per statistic (M elements each, summed in any fp32
+        order): the output moves by -delta * weight / sqrt(var + eps)."""
+        x = inp[0] if inp and isinstance(inp[0], torch.Tensor) else None
+        if x is None or not (isinstance(out, torch.Tensor) and out.is_floating_point()):
+            return out
+        st = _norm_statistics(mod, x)
+        if st is None:
+            return out
+        v, back, w = st
+        m = v.shape[-1]
+        delta = (self.sign * tol.sum_gamma(m, self.dtype) * _signs(v.shape[:-1], self.gen, x.device)
+                 * v.abs().mean(-1))
+        shift = delta / torch.sqrt(v.var(-1, unbiased=False) + mod.eps)
+        if isinstance(mod, torch.nn.GroupNorm):
+            per_channel = x.shape[1] // mod.num_groups
+            shift = shift.repeat_interleave(per_channel, dim=1).reshape((x.shape[0], x.shape[1]) + (1,) * (x.dim() - 2))
+            w = mod.weight.reshape((1, -1) + (1,) * (x.dim() - 2)) if mod.weight is not None else None
+        else:
+            shift = shift.reshape(back)
+        return out - (shift * w if w is not None else shift)
 
     def _hook(self, mod, inp, out):
         if not (isinstance(out, torch.Tensor) and out.is_floating_point() and inp
@@ -610,6 +703,8 @@ class _LayerRoundingRun:
     def __call__(self, ref: Float64Reference, x64: list):
         hooks = [m.register_forward_hook(self._hook) for m in self.model.modules()
                  if isinstance(m, _PRODUCT_LAYERS) and getattr(m, "weight", None) is not None]
+        hooks += [m.register_forward_hook(self._norm_hook) for m in self.model.modules()
+                  if isinstance(m, _NORM_LAYERS)]
         try:
             return ref(*x64)
         finally:
@@ -628,7 +723,9 @@ def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> 
 def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: int, arrays: dict,
                         ups: list | None = None) -> dict:
     """Store, beside a probe's reference arrays, the per-element spread max_k |f(data_k) - f(data)| over
-    COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe;
+    COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe
+    (and, for ORD-03's cancellation rows, ``p/<id>/layer<k>`` over the LAYER_DRAWS draws of
+    :class:`_LayerRoundingRun`, a worst case read without the floor's statistical margin);
     for a backward probe (``ups`` given: the same upstream gradients) ``p/<id>/gcond<j>`` for input j's
     gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
     alone already does to the exact answer; tolerance.cond_floor turns it into a floor under the bounds of
@@ -654,10 +751,11 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
             if ups is None:
                 with torch.no_grad():
                     outs = flatten(run(ref, [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]))
+                kind = "cond" if i < COND_DRAWS else "layer"  # the layer model's spread is kept apart
                 for k, o in enumerate(outs):
                     base = arrays.get(f"p/{pid}/ref{k}")
                     if o.is_floating_point() and base is not None and base.shape == tuple(o.shape):
-                        _spread_update(acc, f"p/{pid}/cond{k}", base, o.detach())
+                        _spread_update(acc, f"p/{pid}/{kind}{k}", base, o.detach())
                 continue
             xs = [x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point()
                   else x for x in x64]
@@ -688,6 +786,7 @@ RAISED = "reference raised: "
 def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
                budget: _Budget | None = None, device: str = "cpu") -> dict:
     budget = budget or _Budget(None)
+    probe_start = time.monotonic()
     pid = probe.id
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
                             "dtype": probe.dtype, "patch": [list(p) for p in probe.patch], "status": "ok",
@@ -837,7 +936,15 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         arrays[f"p/{pid}/ref{k}"] = to_np(o)
         ometa.append({"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
     meta["outputs"] = ometa
-    if P.measures_floor(probe):
+    refusal = ""
+    if measures_optional_floor(probe):
+        # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
+        draws = P.COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
+        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start),
+                                       sum(8 * int(np.prod(o["shape"])) for o in ometa))
+        if refusal:
+            meta["cond"] = {"draws": 0, "reason": refusal}
+    if P.measures_floor(probe) and not refusal:
         budget.enter(f"measuring the outputs' conditioning on probe {pid}")
         try:
             unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]

@@ -394,5 +394,20 @@ def with_cond_floor(t: np.ndarray, spread: np.ndarray | None, n: int, c: Constan
     return np.maximum(t, cond_floor(spread, n, c))
 
 
+def with_layer_floor(t: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
+    """max(t, spread) elementwise, for the spread of ORD-03's any-order layer model
+    (reference._LayerRoundingRun): each layer's output moved by gamma_n * sum|terms|, the worst case of an fp32
+    reduction in any order, carried to the output. Already a worst case, it gets no statistical margin (ORD03_K
+    = 1, as :func:`ord03_bound`). ``t`` unchanged when no spread was measured or its shape differs."""
+    if spread is None:
+        return t
+    if np.ndim(t) == 0:
+        t = np.full(np.shape(spread), float(t))
+    if np.shape(spread) != np.shape(t):
+        return t
+    s = np.abs(np.asarray(spread, dtype=np.float64))
+    return np.maximum(t, np.where(np.isfinite(s), s, 0.0))
+
+
 def as_dict(c: Constants = DEFAULT) -> dict:
     return asdict(c)
