@@ -162,3 +162,22 @@ def test_bad_explanation_is_rejected(tmp_path):
     p.write_text("explanations:\n- {kernel: a, gate: CMP-01, class: real, cause: x, why: y, devices: [gpu]}\n")
     with pytest.raises(ValueError, match="devices"):
         T.load_explanations(p)
+
+
+def test_fix_check_compares_the_same_kernels_before_and_after(rows, tmp_path):
+    after = []
+    for p in T.PROFILES:
+        after.append(_row("L1/3_Softmax", p, na=("RES-02",)))  # the fixed defect: clean now
+        after.append(_row("L1/2_Index", p, fails=("ORD-02",) if p == "strict" else (), na=("RES-02",)))
+        after.append(_row("L1/5_Big", p, status="timeout", error=REF_BUDGET_PREFIX + " (120 s)"))
+    recs = {r["kernel"]: r for r in T.fix_check_rows([("CPU", rows, after)], EXPL)}
+    assert set(recs) == {"L1/3_Softmax", "L1/2_Index", "L1/5_Big"}  # the kernels re-verified, nothing else
+    assert recs["L1/3_Softmax"]["before"] == "CMP-02" and recs["L1/3_Softmax"]["after"] == "none"
+    assert recs["L1/3_Softmax"]["clean"] and recs["L1/3_Softmax"]["remaining"] == ""
+    assert recs["L1/2_Index"]["after"] == "ORD-02" and recs["L1/2_Index"]["remaining"] == "atomics"
+    assert not recs["L1/2_Index"]["clean"]
+    assert recs["L1/5_Big"]["after"] == "timeout (budget)" and not recs["L1/5_Big"]["clean"]
+    T.render_fix_check([("CPU", rows, after)], EXPL, {"before": "a" * 40, "after": "b" * 40},
+                       tmp_path / "f.md", tmp_path / "f.tex")
+    text = (tmp_path / "f.md").read_text()
+    assert "CPU: 1 of 3 clean" in text and "aaaaaaa" in text and "bbbbbbb" in text

@@ -32,3 +32,29 @@ rule trusted_table:
         "logs/trusted/table.log",
     script:
         "../scripts/trusted_render.py"
+
+
+# The fix check: the trusted kernels that fixed verifier defects explained, re-verified at the fixing commit
+# (results/trusted/fix_check/{cpu,h200}/), against the committed corpus rows. Registered once committed.
+if os.path.exists(os.path.join(workflow.basedir, "results", "trusted", "fix_check", "cpu", "rows.parquet")):
+    RENDER_TARGETS.extend(["paper/tables/trusted_fix_check.md", "paper/tables/trusted_fix_check.tex"])
+
+
+rule trusted_fix_check_table:
+    conda:
+        CONDA_ENV
+    input:
+        cpu_before="results/trusted/rows.parquet",
+        h200_before=TRUSTED_H200_ROWS,
+        cpu_after="results/trusted/fix_check/cpu/rows.parquet",
+        h200_after="results/trusted/fix_check/h200/rows.parquet",
+        prov_before="results/trusted/provenance.json",
+        prov_after="results/trusted/fix_check/cpu/provenance.json",
+        explanations="data/trusted/explanations.yaml",
+    output:
+        md="paper/tables/trusted_fix_check.md",
+        tex="paper/tables/trusted_fix_check.tex",
+    log:
+        "logs/trusted/fix_check_table.log",
+    script:
+        "../scripts/trusted_fix_check_render.py"

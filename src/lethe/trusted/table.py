@@ -295,3 +295,57 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
                         "listed and explained apart); max err/tol: the largest ratio of error to tolerance in the "
                         "gate's evidence (– for byte or resource comparisons); row: the kernel never reached "
                         "grading."])
+
+
+# ---------------------------------------------------------------- fix check: the same kernels before and after
+def _failing_gates(rows: Sequence[Mapping[str, Any]], kernel: str) -> tuple[str, list[str]]:
+    """(the kernel's outcome over its rows -- "gated", or the first non-gated status with "(budget)" when the
+    budget excluded it --, the gates that failed under some profile, in GATES order)."""
+    mine = [r for r in rows if r["id"] == kernel]
+    if not mine:
+        return "not run", []
+    bad = [r for r in mine if r["status"] != "gated"]
+    if bad:
+        return bad[0]["status"] + (" (budget)" if budget_exclusion(bad[0]) else ""), []
+    fired = {g for r in mine for g in GATES if r["gates"][g]["status"] in FIRED}
+    return "gated", [g for g in GATES if g in fired]
+
+
+def fix_check_rows(columns: Sequence[tuple[str, Sequence[Mapping[str, Any]], Sequence[Mapping[str, Any]]]],
+                   explanations: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One record per (kernel, column) of a fix check: the gates that failed before (the committed corpus run)
+    and after (the re-verification of the kernels a fixed defect explained), and what still explains each
+    remaining failure. ``columns``: (column name, rows before, rows after); the kernels are those of the rows
+    after."""
+    out = []
+    for name, before, after in columns:
+        for kernel in sorted({r["id"] for r in after}):
+            was, old = _failing_gates(before, kernel)
+            now, new = _failing_gates(after, kernel)
+            dev = next((_device(r) for r in after if r["id"] == kernel), "cpu")
+            causes = sorted({explain(kernel, g, "strict", dev, explanations)["cause"] or "unexplained" for g in new})
+            out.append({"kernel": kernel, "column": name, "before": ", ".join(old) or ("none" if was == "gated"
+                                                                                      else was),
+                        "after": ", ".join(new) or ("none" if now == "gated" else now),
+                        "clean": now == "gated" and not new, "remaining": "; ".join(causes)})
+    return out
+
+
+def render_fix_check(columns, explanations, commits: Mapping[str, str], md: str | Path, tex: str | Path) -> None:
+    """Write the fix-check table (Markdown + LaTeX). ``commits``: {"before": sha, "after": sha}."""
+    recs = fix_check_rows(columns, explanations)
+    per = {}
+    for r in recs:
+        c = per.setdefault(r["column"], [0, 0])
+        c[0] += 1
+        c[1] += r["clean"]
+    head = "; ".join(f"{k}: {v[1]} of {v[0]} clean" for k, v in per.items())
+    render_table(recs, [("kernel", "kernel"), ("column", "column"), ("before", "failing gates before"),
+                        ("after", "failing gates after"), ("remaining", "what explains what remains")],
+                 f"Trusted kernels re-verified after verifier fixes ({head})", "tab:trusted-fix-check", md, tex,
+                 notes=[f"before: the committed trusted-corpus rows (verifier commit {commits.get('before', '?')[:7]}); "
+                        f"after: the same kernels re-verified at {commits.get('after', '?')[:7]} on the same kind of "
+                        "host (results/trusted/fix_check/); a gate counts when it failed under any of the three "
+                        "profiles. The remaining failures' causes are the entries of data/trusted/explanations.yaml "
+                        "(written for the rows before: a cause listed for a failure that remains is still open). "
+                        "(budget): the float64 reference exceeded the per-kernel time or memory budget."])
