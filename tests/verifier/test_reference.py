@@ -537,3 +537,25 @@ def test_layer_model_covers_a_norms_any_order_mean_and_not_a_one_pass_variance()
     # variance leaves it by two orders of magnitude on whole columns (the offset probe is its dedicated test)
     over = (one_pass - ref).abs().numpy() / t
     assert over.max() > 100 and (over > 1).mean() > 0.2
+
+
+def test_shape_variants_measure_a_floor_only_for_an_ill_conditioned_problem():
+    from lethe.verifier.reference import ill_conditioned, measures_optional_floor
+
+    shape = P.Probe("shape_batch=3", "rand", ("CMP-03",), patch=(("batch", 3),), draw=3)
+    assert not measures_optional_floor(shape) and measures_optional_floor(shape, shape_floor=True)
+    acc = P.Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16")
+    assert measures_optional_floor(acc) and measures_optional_floor(acc, shape_floor=True)
+    # the norm of a constant (ill-conditioned: the floor rises above value_tol) against a plain gemm (it does not)
+    torch.manual_seed(2)
+    model = _ConvNorm()
+    with torch.no_grad():
+        model.bn.bias.zero_()
+    arrays, _, ref = _spread(model, torch.zeros(4, 3, 9, 9))
+    meta = {"id": "p0", "dtype": "float32", "N": 9, "outputs": [{"shape": list(ref.shape)}]}
+    assert ill_conditioned(arrays, meta)
+    lin = torch.nn.Linear(32, 8)
+    arrays, _, ref = _spread(lin, torch.randn(16, 32))
+    meta = {"id": "p0", "dtype": "float32", "N": 32, "outputs": [{"shape": list(ref.shape)}]}
+    assert not ill_conditioned(arrays, meta)
+    assert not ill_conditioned({}, meta)  # no spread measured: no floor for the variants

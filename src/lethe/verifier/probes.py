@@ -350,7 +350,9 @@ def measures_floor(probe: Probe) -> bool:
     the amplification of a norm's statistics, is largest), but not the CMP-03 shape variants. Those are
     admitted one forward each under the per-problem budget (:func:`plan`); COND_DRAWS more forwards each would
     cost them the variants at KernelBench's sizes that catch hard-coded shapes, so CMP-03 grades them with its
-    own bound alone. The long-axis groups are charged the floor's forwards when they are admitted. (The
+    own bound alone unless the base probe shows the problem ill-conditioned (reference.ill_conditioned: then
+    they measure an optional, budgeted floor). The long-axis groups are charged the floor's forwards when they
+    are admitted. (The
     backward probe's gradient spreads are measured for CMP-02 apart, reference.conditioning_spread with
     upstream gradients.)"""
     if probe.action != "forward" or not FLOOR_GATES.intersection(probe.gates):

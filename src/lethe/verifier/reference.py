@@ -126,10 +126,40 @@ FLOOR_TIME_SHARE = 0.5
 FLOOR_MEMORY_SHARE = 0.6
 
 
-def measures_optional_floor(probe: P.Probe) -> bool:
+def measures_optional_floor(probe: P.Probe, shape_floor: bool = False) -> bool:
     """A floor the reference measures only within its budget: every probes.measures_floor probe but CMP-01's,
-    whose floor is part of CMP-01's bound whatever it costs."""
+    whose floor is part of CMP-01's bound whatever it costs; with ``shape_floor`` (:func:`ill_conditioned`) also
+    the CMP-03 shape variants'."""
+    if shape_floor and probe.action == "forward" and probe.patch and tuple(probe.gates) == ("CMP-03",):
+        return True
     return P.measures_floor(probe) and "CMP-01" not in probe.gates
+
+
+# The largest output (float64 MB) whose CMP-03 shape-variant floor is measured: the variants' arrays are admitted
+# into the reference's result file without one (probes.plan), so a floor must stay small beside them.
+SHAPE_FLOOR_MAX_MB = 32.0
+
+
+# How far above CMP-01's value tolerance the base probe's floor must rise for the problem to count as
+# ill-conditioned (:func:`ill_conditioned`): a well-conditioned gemm's floor, a sampled maximum, reaches ~2x the
+# tolerance on a few elements; a norm of a constant or a batch norm over two samples reaches 1e5x and more.
+ILL_FACTOR = 16.0
+
+
+def ill_conditioned(arrays: dict, base_meta: dict) -> bool:
+    """Whether the base probe's conditioning floor rises ILL_FACTOR above CMP-01's value tolerance anywhere: the problem
+    amplifies rounding (a batch norm over two samples, a norm of a near-constant channel, an identically zero
+    output), a property of the operator that its shape variants share. Only then do the CMP-03 shape variants
+    measure a floor (within the optional floors' budget): a well-conditioned problem keeps CMP-03's own bound
+    and its variants' cost. Deterministic: it reads the reference's own arrays."""
+    for k in range(len(base_meta.get("outputs") or [])):
+        r, spread = arrays.get(f"p/{base_meta['id']}/ref{k}"), arrays.get(f"p/{base_meta['id']}/cond{k}")
+        if r is None or spread is None or not np.issubdtype(r.dtype, np.floating) or spread.shape != r.shape:
+            continue
+        vt = tol.value_tol(r, base_meta["dtype"], base_meta["N"])
+        if np.any(tol.cond_floor(spread, base_meta["N"]) > ILL_FACTOR * vt):
+            return True
+    return False
 
 
 # Prefix of the phase lines the reference writes to stderr (read back by lethe.verifier.api).
@@ -435,17 +465,20 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
         except Exception as exc:  # noqa: BLE001 - a model that cannot move is computed on the CPU instead
             return _fault("cuda", f"the reference model cannot move to CUDA: {type(exc).__name__}: {exc}"[:500]), {}
     metas = []
+    shape_floor = False  # set from the base probe: whether the CMP-03 shape variants measure their floor
     for probe in plan:
         if only and probe.id != "rand0" and not (set(probe.gates) & only):
             continue
-        meta = _run_probe(ns, model_dev, states, probe, seed, out_arrays, budget, device)
+        meta = _run_probe(ns, model_dev, states, probe, seed, out_arrays, budget, device,
+                          shape_floor=shape_floor)
         if device == "cuda" and _fails_on_device(meta):
             # Whose limit is it? The CPU decides: the same probe, run as the CPU reference runs it, from what the
             # CPU reference would have stored before it (nothing of this probe's).
             for k in [k for k in out_arrays if k.startswith(f"p/{probe.id}/")]:
                 del out_arrays[k]
             with _CpuRules():
-                on_cpu = _run_probe(ns, model64, states, probe, seed, out_arrays, budget, "cpu")
+                on_cpu = _run_probe(ns, model64, states, probe, seed, out_arrays, budget, "cpu",
+                                    shape_floor=shape_floor)
             if on_cpu["status"] == "ok":
                 return _fault("cuda", f"probe {probe.id} fails on CUDA but runs on the CPU: {meta['reason']}"[:800]), {}
             meta = on_cpu
@@ -458,6 +491,7 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
             kind = meta.get("fault") or "exception"
             return _fault(kind, meta["reason"] if kind == "memory"
                           else f"reference cannot run its own inputs: {meta['reason']}"), {}
+        shape_floor = ill_conditioned(out_arrays, meta)
         fault = _base_faults(ns, model_dev, states, probe, seed, out_arrays, meta, budget, device)
         if fault is not None:
             if device == "cuda" and fault[0] == "nondeterministic":
@@ -784,7 +818,7 @@ RAISED = "reference raised: "
 
 
 def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
-               budget: _Budget | None = None, device: str = "cpu") -> dict:
+               budget: _Budget | None = None, device: str = "cpu", shape_floor: bool = False) -> dict:
     budget = budget or _Budget(None)
     probe_start = time.monotonic()
     pid = probe.id
@@ -937,14 +971,18 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         ometa.append({"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
     meta["outputs"] = ometa
     refusal = ""
-    if measures_optional_floor(probe):
+    shape_variant_floor = shape_floor and measures_optional_floor(probe, True) and not P.measures_floor(probe)
+    if measures_optional_floor(probe, shape_floor):
         # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
         draws = P.COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
-        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start),
-                                       sum(8 * int(np.prod(o["shape"])) for o in ometa))
+        nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
+        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start), nbytes)
+        if not refusal and shape_variant_floor and nbytes > SHAPE_FLOOR_MAX_MB * 2**20:
+            refusal = (f"not measured: the shape variant's {nbytes / 2**20:.0f} MB floor would pass "
+                       f"{SHAPE_FLOOR_MAX_MB:g} MB")
         if refusal:
             meta["cond"] = {"draws": 0, "reason": refusal}
-    if P.measures_floor(probe) and not refusal:
+    if (P.measures_floor(probe) or shape_variant_floor) and not refusal:
         budget.enter(f"measuring the outputs' conditioning on probe {pid}")
         try:
             unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]
