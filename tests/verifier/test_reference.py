@@ -490,15 +490,14 @@ def test_cancel_rows_get_the_layer_model_which_covers_fp32_and_not_fp16_totals()
 def test_the_optional_floor_is_measured_only_within_its_share_of_the_budget():
     from lethe.verifier.reference import FLOOR_TIME_SHARE, _Budget, measures_optional_floor
 
-    assert _Budget({"timeout_s": 100}).floor_refusal(1.0, 0) == ""
+    assert _Budget({"timeout_s": 100}).floor_refusal(1.0, 0, 4) == ""
     late = _Budget({"timeout_s": 100})
     late.start -= FLOOR_TIME_SHARE * 100 - 0.5
-    why = late.floor_refusal(1.0, 0)
-    assert why.startswith("not measured") and "100 s budget" in why
-    assert "MB budget" in _Budget({"memory_mb": 1}).floor_refusal(0.0, 0)  # this process holds more than 0.6 MB
-    assert _Budget(None).floor_refusal(1e9, 1 << 40) == ""  # no budget: always measured
+    why = late.floor_refusal(1.0, 0, 6)
+    assert why.startswith("not measured") and "100 s budget" in why and "its 6 draws" in why
+    assert "MB budget" in _Budget({"memory_mb": 1}).floor_refusal(0.0, 0, 4)  # this process holds more than 0.6 MB
+    assert _Budget(None).floor_refusal(1e9, 1 << 40, 4) == ""  # no budget: always measured
     # CMP-01's floor is part of its bound; every other value probe's is optional; shape variants measure none
-    plan = {p.id: p for p in P.base_plan()} if hasattr(P, "base_plan") else None
     rand0 = P.Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"))
     acc = P.Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16")
     shape = P.Probe("shape_n=7", "rand", ("CMP-03",), patch=(("n", 7),), draw=3)
@@ -508,7 +507,7 @@ def test_the_optional_floor_is_measured_only_within_its_share_of_the_budget():
     assert P.measures_floor(acc) and measures_optional_floor(acc)
     assert P.measures_floor(longp) and measures_optional_floor(longp)
     assert not P.measures_floor(shape) and not P.measures_floor(grad)
-    del plan
+    assert P.is_shape_variant(shape) and not P.is_shape_variant(longp) and not P.is_shape_variant(rand0)
 
 
 def test_layer_model_covers_a_norms_any_order_mean_and_not_a_one_pass_variance():

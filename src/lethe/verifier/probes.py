@@ -357,7 +357,12 @@ def measures_floor(probe: Probe) -> bool:
     upstream gradients.)"""
     if probe.action != "forward" or not FLOOR_GATES.intersection(probe.gates):
         return False
-    return not (probe.patch and tuple(probe.gates) == ("CMP-03",))
+    return not is_shape_variant(probe)
+
+
+def is_shape_variant(probe: Probe) -> bool:
+    """A CMP-03 shape variant (a forward probe at a patched shape graded by CMP-03 alone)."""
+    return probe.action == "forward" and bool(probe.patch) and tuple(probe.gates) == ("CMP-03",)
 
 
 def returned_bytes(inputs: list[Any], cost: Cost, probe: Probe) -> int:

@@ -81,15 +81,15 @@ class _Budget:
         self.phase = "starting"
         self.start = time.monotonic()
 
-    def floor_refusal(self, seconds: float, nbytes: int) -> str:
-        """Why an optional conditioning floor (:func:`measures_optional_floor`) that would take about
-        ``seconds`` more and hold ``nbytes`` more must not be measured, or "" when it fits: it may use the first
+    def floor_refusal(self, seconds: float, nbytes: int, draws: int) -> str:
+        """Why an optional conditioning floor (:func:`measures_optional_floor`) whose ``draws`` re-runs would take
+        about ``seconds`` more and hold ``nbytes`` more must not be measured, or "" when it fits: it may use the first
         FLOOR_TIME_SHARE of the time budget and FLOOR_MEMORY_SHARE of the memory budget, so that the probes
         still to run, which every gate needs, are never the ones that run out."""
         if self.timeout_s:
             used = time.monotonic() - self.start
             if used + seconds > FLOOR_TIME_SHARE * self.timeout_s:
-                return (f"not measured: {used:.0f} s used + ~{seconds:.0f} s for its {P.COND_DRAWS} draws would "
+                return (f"not measured: {used:.0f} s used + ~{seconds:.0f} s for its {draws} draws would "
                         f"pass {FLOOR_TIME_SHARE:g} x the reference's {self.timeout_s:g} s budget")
         if self.memory_mb:
             try:
@@ -130,7 +130,7 @@ def measures_optional_floor(probe: P.Probe, shape_floor: bool = False) -> bool:
     """A floor the reference measures only within its budget: every probes.measures_floor probe but CMP-01's,
     whose floor is part of CMP-01's bound whatever it costs; with ``shape_floor`` (:func:`ill_conditioned`) also
     the CMP-03 shape variants'."""
-    if shape_floor and probe.action == "forward" and probe.patch and tuple(probe.gates) == ("CMP-03",):
+    if shape_floor and P.is_shape_variant(probe):
         return True
     return P.measures_floor(probe) and "CMP-01" not in probe.gates
 
@@ -971,12 +971,12 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         ometa.append({"shape": list(o.shape), "dtype": str(o.dtype).replace("torch.", "")})
     meta["outputs"] = ometa
     refusal = ""
-    shape_variant_floor = shape_floor and measures_optional_floor(probe, True) and not P.measures_floor(probe)
+    shape_variant_floor = shape_floor and P.is_shape_variant(probe)
     if measures_optional_floor(probe, shape_floor):
         # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
         draws = P.COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
         nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
-        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start), nbytes)
+        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start), nbytes, draws)
         if not refusal and shape_variant_floor and nbytes > SHAPE_FLOOR_MAX_MB * 2**20:
             refusal = (f"not measured: the shape variant's {nbytes / 2**20:.0f} MB floor would pass "
                        f"{SHAPE_FLOOR_MAX_MB:g} MB")

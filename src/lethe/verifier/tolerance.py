@@ -385,13 +385,19 @@ def cond_floor(spread: np.ndarray, n: int, c: Constants = DEFAULT) -> np.ndarray
 def with_cond_floor(t: np.ndarray, spread: np.ndarray | None, n: int, c: Constants = DEFAULT) -> np.ndarray:
     """max(t, cond_floor(spread)) elementwise; ``t`` unchanged when no spread was measured (or it does not
     match the output's shape: a floor never applies to elements it was not measured on)."""
+    return _raised_to(t, spread, lambda s: cond_floor(s, n, c))
+
+
+def _raised_to(t, spread: np.ndarray | None, floor_of) -> np.ndarray:
+    """max(t, floor_of(spread)) elementwise; ``t`` (an array, or one number for the whole output) unchanged when
+    no spread was measured or its shape is not the output's."""
     if spread is None:
         return t
-    if np.ndim(t) == 0:  # a bound that is one number for the whole output
+    if np.ndim(t) == 0:
         t = np.full(np.shape(spread), float(t))
     if np.shape(spread) != np.shape(t):
         return t
-    return np.maximum(t, cond_floor(spread, n, c))
+    return np.maximum(t, floor_of(spread))
 
 
 def with_layer_floor(t: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
@@ -399,14 +405,11 @@ def with_layer_floor(t: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
     (reference._LayerRoundingRun): each layer's output moved by gamma_n * sum|terms|, the worst case of an fp32
     reduction in any order, carried to the output. Already a worst case, it gets no statistical margin (ORD03_K
     = 1, as :func:`ord03_bound`). ``t`` unchanged when no spread was measured or its shape differs."""
-    if spread is None:
-        return t
-    if np.ndim(t) == 0:
-        t = np.full(np.shape(spread), float(t))
-    if np.shape(spread) != np.shape(t):
-        return t
-    s = np.abs(np.asarray(spread, dtype=np.float64))
-    return np.maximum(t, np.where(np.isfinite(s), s, 0.0))
+    def finite_abs(sp):
+        a = np.abs(np.asarray(sp, dtype=np.float64))
+        return np.where(np.isfinite(a), a, 0.0)
+
+    return _raised_to(t, spread, finite_abs)
 
 
 def as_dict(c: Constants = DEFAULT) -> dict:
