@@ -39,3 +39,20 @@ def test_positive_control_rows_read_both_schemas_and_mark_failures():
     assert cols == ["CPU strict", "H200 strict", "H200 fast-math"]
     assert by["C7"]["H200 strict"] == "pass" and by["C7"]["H200 fast-math"] == "fail: EXC-01"
     assert by["C1"]["CPU strict"] == "pass" and by["C7"]["published"] == "pass"
+
+
+def test_bench_rows_keep_earlier_sides_and_mark_the_goal_on_the_faster_form():
+    shape = dict(batch=8, l_out=2048, d_model=4096, n_state=16, conv_k=4)
+    old = {"op": "C6", "shape": shape, "dtype": "float32", "model_shape": True, "check": {"pass": True},
+           "impls": {"ours_triton": {"median_ms": 800.0}, "composed_official": {"median_ms": 10.0}}, "not_timed": {}}
+    new = {"op": "C6", "shape": shape, "dtype": "float32", "model_shape": True, "check": {"pass": True},
+           "impls": {"ours_triton_chunk_parallel": {"median_ms": 12.5}, "composed_official": {"median_ms": 10.0}},
+           "not_timed": {"ours_triton": "checked, not timed at this shape (--skip-timed)"}}
+    rows = bench_rows([("a", {"rows": [old]}, {}), ("b", {"rows": [new]}, {})], PUBLISHED)
+    (got,) = [r for r in rows if r["op"] == "C6" and r["shape"] == "8x2048x4096x16x4" and r["dtype"] == "float32"]
+    assert got["ours_ms"] == "800.000" and got["cp_ms"] == "12.500"
+    assert got["speedup"] == "0.01" and got["cp_speedup"] == "0.80" and got["goal"] == "met (>= 0.75)"
+    new["impls"]["ours_triton_chunk_parallel"]["median_ms"] = 20.0
+    rows = bench_rows([("a", {"rows": [old]}, {}), ("b", {"rows": [new]}, {})], PUBLISHED)
+    (got,) = [r for r in rows if r["op"] == "C6" and r["shape"] == "8x2048x4096x16x4" and r["dtype"] == "float32"]
+    assert got["cp_speedup"] == "0.50" and got["goal"] == "unmet (>= 0.75)"
