@@ -33,7 +33,9 @@ import torch
 from lethe.kernels.gdn.fwd_options import WY_INVERSE_DEFAULT, WY_INVERSES
 
 SCHEMA = "lethe.gdn.triton_aot/1"
-KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_kernel", "intra_bwd_kernel",
+KERNEL_ORDER = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", "wy_a_kernel", "wy_inverse_kernel",
+                "wy_apply_kernel", "state_fwd_kernel", "output_fwd_kernel", "state_bwd_local_kernel", "state_bwd_kernel",
+                "intra_bwd_kernel", "bwd_tail_kernel",
                 "sg_a_kernel", "sg_wu_kernel", "sg_state_fwd_kernel", "sg_output_kernel", "sg_state_bwd_kernel",
                 "sg_intra_out_bwd_kernel", "sg_intra_wy_bwd_kernel")
 VARIANTS = ("erase", "noerase", "scalar")
@@ -77,7 +79,7 @@ def record_wrapper_launches(K: int, V: int, C: int, dtype: torch.dtype, erase: b
 
 def launch_config(rec) -> dict:
     """The launch options and the meta-parameters that choose tiles (what the table reports as 'config')."""
-    keys = ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE")
+    keys = ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "SPLIT")
     return {k: rec.kwargs[k] for k in keys if k in rec.kwargs}
 
 
@@ -126,8 +128,8 @@ def run(dvs=(64, 128), dtypes=("bfloat16", "float32"), K=128, C=64, target="sm_9
                 ptx_dir.mkdir(parents=True, exist_ok=True)
                 (ptx_dir / f"{name}_V{V}_{variant}_{dt}_{target}.ptx").write_text(
                     compiled_ptx(rec.jit, target, rec.args, kwargs))
-            cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "KEND_IN",
-                                          "WRITE_KEND", "NATIVE") if k in kwargs}
+            cfg = {k: kwargs[k] for k in ("BV", "NVL", "num_warps", "num_stages", "PREC", "HAS_ERASE", "SPLIT",
+                                          "KEND_IN", "WRITE_KEND", "NATIVE") if k in kwargs}
             row = {"kernel": name, "K": K, "V": V, "chunk": C, "target": target, "variant": variant,
                    "input_dtypes": [dt], "config": cfg, "overridden": name in overrides,
                    "signature_dtypes": sorted({s for s in spec.signature.values() if s.startswith("*")}),

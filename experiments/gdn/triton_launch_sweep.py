@@ -54,10 +54,17 @@ CANDIDATES = {
                         + [dict(KEND=1), dict(KEND=1, BV=64)],
     "output_fwd_kernel": [dict(BV=bv, num_warps=w) for bv in (32, 64, 128) for w in (4, 8)]
                          + [dict(BV=64, NVL=2, num_warps=w) for w in (4, 8)] + [dict(BV=32, NVL=4, num_warps=4)],
+    # SPLIT=0: the one-kernel reverse scan (its former entry: 8 warps), the local kernel then not launched; SPLIT
+    # moves work between the two scan kernels, so compare scan_kernels_ms (both together), not only this kernel's
+    "state_bwd_kernel": [dict(SPLIT=0, num_warps=8), dict(KEND=0), dict(num_warps=8)]
+                        + [dict(BV=bv, num_warps=w) for bv, w in ((16, 4), (16, 2), (64, 4), (64, 8))],
+    "state_bwd_local_kernel": [dict(num_warps=4), dict(BV=32, NVL=4, num_warps=8), dict(BV=64, NVL=1, num_warps=8),
+                               dict(BV=32, NVL=1, num_warps=4)],
     "intra_bwd_kernel": [dict(BV=bv, num_warps=w) for bv in (16, 32, 64) for w in (4, 8)],
     "bwd_tail_kernel": [dict(num_warps=w) for w in (2, 4, 8)],
 }
 SPLIT_KERNELS = ("wy_a_kernel", "wy_inverse_kernel", "wy_apply_kernel")
+SCAN_KERNELS = ("state_bwd_local_kernel", "state_bwd_kernel")
 FORWARD_KERNELS = ("prep_fwd_kernel", "wy_fwd_kernel", "wy_fwd_blocked_kernel", *SPLIT_KERNELS, "state_fwd_kernel",
                    "output_fwd_kernel")
 
@@ -120,7 +127,7 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
             run_pass(fn, *sets[i % 2])
         torch.cuda.synchronize()
         walls = time_ms(lambda i: run_pass(fn, *sets[i % 2]), args.reps, cuda=True)
-        kms, fwd_ms = [], []
+        kms, fwd_ms, scan_ms = [], [], []
         for i in range(args.profile_reps):
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 run_pass(fn, *sets[i % 2])
@@ -129,8 +136,10 @@ def measure_one(kernel: str, override: dict, V: int, T: int, B: int, args) -> di
             # all forward kernels together: an option may move work between kernels (KEND: prep writes what the
             # state kernel stops computing)
             fwd_ms.append(sum(kernel_ms(prof, k_) or 0.0 for k_ in FORWARD_KERNELS))
+            scan_ms.append(sum(kernel_ms(prof, k_) or 0.0 for k_ in SCAN_KERNELS))  # the backward's scan, split or not
     row["fwd_bwd_wall_ms"] = round(statistics.median(walls), 4)
     row["forward_kernels_ms"] = round(statistics.median(fwd_ms), 4)
+    row["scan_kernels_ms"] = round(statistics.median(scan_ms), 4)
     row["kernel_ms"] = round(statistics.median(kms), 4) if all(k is not None for k in kms) else None
     row["status"] = "ok"
     return row

@@ -303,7 +303,7 @@ def time_configs(run: BenchRun, out: dict, quick: bool) -> None:
                         dSn = torch.empty(1, BH, N, K, V, device=run.device)
                         dd = torch.empty_like(dO)
                         dS0 = torch.empty_like(dSF)
-                        state_bwd_kernel[(BH, V // BVt)](q, k, gam, W, dO, dSF, dSn, dd, dS0, K**-0.5, NT=N, K=K,
+                        state_bwd_kernel[(BH, V // BVt)](q, k, gam, W, dO, dSF, dSn, dd, dS0, k, K**-0.5, NT=N, K=K,
                                                          V=V, C=C, BV=BVt, HAS_ERASE=True, HAS_DSF=True, PREC=prec)
                     med, lo, hi = run.time(tk, tsets)
                     row[f"triton_{prec}_ms"] = med

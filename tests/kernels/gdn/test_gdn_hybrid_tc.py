@@ -44,7 +44,7 @@ def test_fused_tail_gives_the_torch_tail_gradients_float32(erase, final):
     gen = torch.Generator().manual_seed(3)
     do = torch.randn(1, 40, 2, 32, generator=gen)
     dS = torch.randn(1, 2, 16, 32, generator=gen) if final else None
-    base = triton_chunk_bwd(do, ctx, dS)
+    base = triton_chunk_bwd(do, ctx, dS, fused_tail=False)
     fused = triton_chunk_bwd(do, ctx, dS, fused_tail=True)
     for name, a, c in zip(NAMES, base, fused, strict=True):
         if a is None:
@@ -58,7 +58,7 @@ def test_fused_tail_gives_the_torch_tail_gradients_float32(erase, final):
 def test_fused_tail_casts_to_the_input_dtype_once():
     ctx = _forward(32, True, dtype=torch.bfloat16)
     do = torch.randn(1, 32, 2, 32, generator=torch.Generator().manual_seed(4)).bfloat16()
-    base = triton_chunk_bwd(do, ctx)
+    base = triton_chunk_bwd(do, ctx, fused_tail=False)
     fused = triton_chunk_bwd(do, ctx, fused_tail=True)
     for name, a, c in zip(NAMES, base, fused, strict=True):
         if a is None:

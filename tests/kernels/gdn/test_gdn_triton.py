@@ -506,3 +506,104 @@ def test_intra_backward_precision_follows_its_launch_entry():
     assert changed
     with overridden({"intra_bwd_kernel": {"PREC": "tf32_rn"}}), pytest.raises(ValueError, match="PREC"):
         triton_chunk_bwd(f(do), tctx)
+
+
+def _bwd_case(T, K, V, C, erase, init, final, seed=0):
+    """A float64 problem, its float64 chunked-reference gradients and the Triton forward's ctx (float32)."""
+    q, k, v, g, b, w, _ = make_inputs(T=T, K=K, V=V, seed=seed)
+    bb = b if erase else None
+    gen = torch.Generator().manual_seed(seed + 7)
+    S0 = torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64) if init else None
+    do = torch.randn(1, T, 2, V, generator=gen, dtype=torch.float64)
+    dS = torch.randn(1, 2, K, V, generator=gen, dtype=torch.float64) if final else None
+    _, _, ctx64 = chunked.chunk_fwd(q, k, v, g, bb, w, chunk=C, initial_state=S0)
+    ref = chunked.chunk_bwd(do, ctx64, dS)
+    f = lambda x: None if x is None else x.float().to(DEV)  # noqa: E731
+    _, _, tctx = triton_chunk_fwd(*(f(x) for x in (q, k, v, g, bb, w)), chunk=C, initial_state=f(S0))
+    return f(do), f(dS), tctx, ref
+
+
+_BWD_NAMES = ("dq", "dk", "dv", "dg", "db", "dw", "dS0")
+
+
+@pytest.mark.parametrize("erase,init,final", [(True, True, True), (True, False, False), (False, True, False),
+                                              (False, False, True)])
+@pytest.mark.parametrize("kend", [1, 0])
+def test_split_state_backward_gives_the_one_kernel_scan(erase, init, final, kend):
+    # SPLIT 1 (the default): state_bwd_local_kernel forms P^T dO and (q Gamma)^T dO of every chunk, the scan only
+    # the dS-dependent products. The same float32 products, summed in the same order: on the interpreter every
+    # stored intermediate and gradient is bitwise the one-kernel scan's (SPLIT 0); both within TOL of float64.
+    # T = 37 with chunk 16: the last chunk is padded. V = 64 with local V-blocks of 16, two per program: the
+    # local kernel's V-block loop and its third grid axis both run.
+    from lethe.kernels.gdn.launch_tables import overridden
+    from lethe.kernels.gdn.triton_bwd import BWD_LAUNCH
+
+    assert BWD_LAUNCH["state_bwd_kernel"]["SPLIT"] == 1
+    do, dS, tctx, ref = _bwd_case(37, 16, 64, 16, erase, init, final)
+    runs = {}
+    for split in (1, 0):
+        with overridden({"state_bwd_kernel": {"SPLIT": split, "KEND": kend, "BV": 32},
+                         "state_bwd_local_kernel": {"BV": 16, "NVL": 2}}):
+            grads = triton_chunk_bwd(do, tctx, dS)
+        runs[split] = (grads, tctx["bwd_dSn"].clone(), tctx["bwd_ddelta"].clone())
+    (new, dSn1, dd1), (old, dSn0, dd0) = runs[1], runs[0]
+    exact = not torch.cuda.is_available()
+    for name, a, o in (("dS_next", dSn1, dSn0), ("d delta", dd1, dd0)):
+        assert torch.equal(a, o) if exact else rel_err(a, o) < 1e-5, name
+    for name, a, o, r in zip(_BWD_NAMES, new, old, ref, strict=True):
+        if r is None:
+            assert a is None and o is None, name
+            continue
+        assert rel_err(a.cpu(), r) < TOL, name
+        assert torch.equal(a, o) if exact else rel_err(a, o) < 1e-5, name
+
+
+@pytest.mark.parametrize("member", ["gdn", "gla"])
+def test_split_state_backward_through_autograd_against_the_recurrence(member):
+    # the default backward (split scan, fused tail) through chunk_family against autograd through the float64
+    # recurrence itself, with an initial state and a final-state gradient, T not a multiple of the chunk: GDN
+    # (erase: q, k, v, g, b, w, S0) and GLA (no erase, HAS_ERASE False: q, k, v, g, S0)
+    T, K, V = 37, 16, 32
+    q, k, v, g, b, w, _ = make_inputs(T=T, K=K, V=V, seed=2)
+    S0 = torch.randn(1, 2, K, V, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    names = ("q", "k", "v", "g", "b", "w") if member == "gdn" else ("q", "k", "v", "g")
+    src = dict(q=q, k=k, v=v, g=g, b=b, w=w)
+    ref_leaves = {n: src[n].clone().requires_grad_() for n in names}
+    s0_ref = S0.clone().requires_grad_()
+    rb = ref_leaves.get("b", torch.zeros_like(q))
+    rw = ref_leaves.get("w", torch.ones_like(v))
+    o_ref, S_ref = R.recurrent_gdn(ref_leaves["q"], ref_leaves["k"], ref_leaves["v"], ref_leaves["g"], rb, rw,
+                                   initial_state=s0_ref, output_final_state=True)
+    gen = torch.Generator().manual_seed(10)
+    do = torch.randn(o_ref.shape, generator=gen, dtype=torch.float64)
+    dS = torch.randn(S_ref.shape, generator=gen, dtype=torch.float64)
+    ref_grads = torch.autograd.grad((o_ref * do).sum() + (S_ref * dS).sum(), [*ref_leaves.values(), s0_ref])
+    leaves = {n: src[n].float().to(DEV).requires_grad_() for n in names}
+    s0 = S0.float().to(DEV).requires_grad_()
+    o, S = chunk_family(member=member, backend="triton", chunk=16, initial_state=s0, output_final_state=True,
+                        **leaves)
+    loss = (o * do.float().to(DEV)).sum() + (S * dS.float().to(DEV)).sum()
+    got = torch.autograd.grad(loss, [*leaves.values(), s0])
+    for n, a, r in zip((*names, "S0"), got, ref_grads, strict=True):
+        assert rel_err(a.cpu(), r) < TOL, f"{member}: d{n}"
+
+
+def test_backward_defaults_to_the_fused_tail(monkeypatch):
+    # the default backward ends in bwd_tail_kernel (gradients written in the caller's layout and dtype), not the
+    # torch tail's copies, casts and reverse cumsum
+    from lethe.kernels.gdn import triton_bwd
+
+    do, dS, tctx, _ = _bwd_case(37, 16, 32, 16, True, False, True)
+    calls = []
+    real = triton_bwd._fused_tail
+    monkeypatch.setattr(triton_bwd, "_fused_tail", lambda *a: calls.append(1) or real(*a))
+    fused = triton_chunk_bwd(do, tctx, dS)
+    assert calls == [1]
+    torch_tail = triton_chunk_bwd(do, tctx, dS, fused_tail=False)
+    assert calls == [1]
+    for name, a, c in zip(_BWD_NAMES, torch_tail, fused, strict=True):
+        if a is None:
+            assert c is None, name
+            continue
+        assert c.dtype == a.dtype and c.shape == a.shape, name
+        assert rel_err(c, a) < (1e-6 if name == "dg" else 0.0) or torch.equal(c, a), name
