@@ -28,7 +28,9 @@ written from that code. When the conditioning floor was extended from CMP-01/02 
 ORD-03's cancel rows got the any-order layer model (lethe.plan/5; trusted-corpus false fails D1/D2), every status
 stayed as it was and the bounds, hence the evidence, moved: the main file was rewritten on this CI machine class
 (fingerprint in golden/grading_rows.fingerprint) and the other machine's evidence file, written by the earlier
-bounds, was removed.
+bounds, was removed. When PRC-02's half-precision rows got the storage model (lethe.plan/6; trusted-corpus D4), every
+status stayed as it was; the evidence moved (the long-axis groups' cost estimates charge its draws), and the main
+file was rewritten on this CI machine class.
 
 Machines. The verdict statuses are one set for every machine: ``golden/grading_rows.json`` holds them, and every
 machine is held to them gate by gate. The evidence bits also depend on the machine's float32 arithmetic (its BLAS

@@ -558,3 +558,94 @@ def test_shape_variants_measure_a_floor_only_for_an_ill_conditioned_problem():
     meta = {"id": "p0", "dtype": "float32", "N": 32, "outputs": [{"shape": list(ref.shape)}]}
     assert not ill_conditioned(arrays, meta)
     assert not ill_conditioned({}, meta)  # no spread measured: no floor for the variants
+
+
+# ---- the storage model on PRC-02's half-precision rows ------------------------------------------------------------
+
+class _GemmDivSum(torch.nn.Module):
+    """x @ W^T / 2, summed over the hidden axis (KernelBench L2/14's shape of computation): on PRC-02's bracketed
+    rows the gemm's output is ~2^7 |w|, stored in the data dtype by the reference's own code run in it, and the
+    sum cancels it (trusted-corpus D4)."""
+
+    def __init__(self, k=10, h=20):  # L2/14's sizes
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(h, k) / k**0.5)
+
+    def forward(self, x):
+        return torch.sum(torch.matmul(x, self.weight.T) / 2, dim=1, keepdim=True)
+
+
+def test_half_precision_prc02_rows_get_the_storage_model_which_covers_stored_results_not_a_half_total():
+    """The storage model (reference._StoreRoundingRun) raises PRC-02's bound to what storing each operator's result
+    in fp16 already does: the op-by-op correctly rounded forward with an fp32 accumulator passes, and fails without
+    the floor."""
+    torch.manual_seed(3)
+    model = _GemmDivSum()
+    with torch.no_grad():
+        # the first and last input columns made of +-a pairs (sums exactly 0): on the rows +B ... -B every hidden
+        # output is ~B |w_h0 - w_h9| while their sum (and the same sum on |x|) is the small terms' alone
+        model.weight.copy_(model.weight.half().float())
+        h = model.weight.shape[0] // 2
+        for col in (0, -1):
+            a = model.weight[:h, col].clone()
+            model.weight[:, col] = torch.cat([a, -a])[torch.randperm(2 * h)]
+    x = P.accumulation_values((128, 10)).half()
+    probe = P.Probe("accb_fp16", "accum", ("PRC-02",), dtype="float16")
+    assert P.stores_in_dtype(probe) and P.extra_draws(probe) == P.STORE_DRAWS
+    m64 = copy.deepcopy(model).double()
+    state = {k: v.clone() for k, v in m64.state_dict().items()}
+    x64 = [x.double()]
+    with torch.no_grad():
+        ref = m64(*x64)
+        scale = _T.output_scale(m64(x64[0].abs()).numpy())
+    arrays = {"p/accb_fp16/ref0": ref.numpy().copy()}
+    meta = conditioning_spread(m64, state, x64, probe, 7, arrays)
+    assert meta["store_draws"] == P.STORE_DRAWS and "p/accb_fp16/store0" in arrays
+    n = _T.reduction_length([tuple(x.shape)], [tuple(ref.shape)])
+    bound = _T.with_cond_floor(_T.prc02_bracket_tol(ref.numpy(), scale, "float16", n), arrays["p/accb_fp16/cond0"], n)
+    t = _T.with_store_floor(bound, arrays["p/accb_fp16/store0"])
+    with torch.no_grad():
+        w64 = m64.weight
+        y = (x64[0] @ w64.T).half().double()  # the gemm correctly rounded to fp16 (exact products, one rounding)
+        y = (y / 2).half().double()
+        honest = y.float().sum(dim=1, keepdim=True).half().double()  # an fp32 total, its result stored in fp16
+    err = (honest - ref).abs().numpy()
+    assert (err > bound).any()  # the false fail the storage model exists for
+    assert (err <= t).all()
+
+
+class _RowSum(torch.nn.Module):
+    def forward(self, x):
+        return torch.sum(x, dim=1)
+
+
+def test_the_storage_floor_leaves_a_half_precision_running_total_outside():
+    """A row sum's only stored result is its output, so the floor stays one rounding of it: an fp16 running total
+    along PRC-02's 4099-long bracketed rows (it returns ~0 for the exact ~0.25) fails by orders of magnitude."""
+    x = P.accumulation_values((8, 4099)).half()
+    probe = P.Probe("accb_fp16", "accum", ("PRC-02",), dtype="float16")
+    m64 = _RowSum()
+    x64 = [x.double()]
+    ref = m64(*x64)
+    arrays = {"p/accb_fp16/ref0": ref.numpy().copy()}
+    conditioning_spread(m64, {}, x64, probe, 7, arrays)
+    floor = _T.store_floor(arrays["p/accb_fp16/store0"])
+    assert (floor <= 4 * 2.0**-11 * ref.abs().numpy() * (1 + 1e-12)).all()
+    total = torch.zeros(x.shape[0], dtype=torch.float16)
+    for j in range(x.shape[1]):
+        total += x[:, j]
+    assert ((total.double() - ref).abs().numpy() > 100 * floor).all()
+
+
+def test_the_storage_model_leaves_exact_operators_and_other_probes_alone():
+    fp32 = P.Probe("acc_fp32", "ones", ("PRC-02",))
+    prc = P.Probe("prc_fp16", "rand", ("PRC-01", "RES-01"), dtype="float16")
+    assert not P.stores_in_dtype(fp32) and not P.stores_in_dtype(prc)
+    m64 = torch.nn.ReLU().double()
+    x = [torch.randn(64, 64, dtype=torch.float64)]
+    probe = P.Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16")
+    with torch.no_grad():
+        ref = m64(*x)
+    arrays = {"p/acc_fp16/ref0": ref.numpy().copy()}
+    conditioning_spread(m64, {}, x, probe, 7, arrays)
+    assert (arrays["p/acc_fp16/store0"] == 0).all()  # relu rounds nothing

@@ -323,12 +323,13 @@ def _fold(gate: str, per_probe: dict[str, dict], b: Bundle, empty_reason: str) -
 
 def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray, str, int], np.ndarray],
                  alt_prefix: str | None = None, tol_key: tuple | None = None, cond: bool = False,
-                 layer: bool = False) -> dict:
+                 layer: bool = False, store: bool = False) -> dict:
     """Grade every output of one probe with ``tol_fn(ref, dtype, N)``. ``tol_key`` names the tolerance
     function (gates that grade a probe with the same one share its comparison); by default the gate does.
     ``cond``: raise the tolerance to the reference's conditioning floor where one was measured
     (tolerance.with_cond_floor on ``p/<id>/cond<k>``); ``layer``: and to the any-order layer model's spread
-    (tolerance.with_layer_floor on ``p/<id>/layer<k>``, ORD-03's cancellation rows)."""
+    (tolerance.with_layer_floor on ``p/<id>/layer<k>``, ORD-03's cancellation rows); ``store``: and to the storage
+    model's floor (tolerance.with_store_floor on ``p/<id>/store<k>``, PRC-02's half-precision rows)."""
     st = _probe_status(b, meta, gate)
     if st is not None:
         return {"status": st[0], "reason": st[1]}
@@ -352,6 +353,8 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
                 t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
             if layer and np.issubdtype(r.dtype, np.floating):
                 t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
+            if store and np.issubdtype(r.dtype, np.floating):
+                t = tol.with_store_floor(t, b.ref_arrays.get(f"p/{pid}/store{k}"), b.constants)
             b.memo[key] = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
         summaries.append(b.memo[key])
     ok = all(s["ok"] for s in summaries)
@@ -660,13 +663,17 @@ def _precision_gate(b: Bundle, gate: str) -> dict:
             if not charged:
                 per[m["id"]] = {"status": "na", "reason": why}
                 continue
+        # PRC-02 reads the storage floor where the reference measured one (its half-precision rows)
+        store = gate == "PRC-02"
         if m["kind"] == "accum":
             scale = float(m.get("abs_scale", 0.0))
             per[m["id"]] = _value_probe(
                 b, m, gate, lambda r, d, n, s=scale: tol.prc02_bracket_tol(r, s, d, n, b.constants),
-                tol_key=("prc02_bracket_tol", scale, "cond"), cond=True)
+                tol_key=("prc02_bracket_tol", scale, "cond") + (("store",) if store else ()), cond=True,
+                store=store)
             continue
-        per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT_COND, cond=True)
+        per[m["id"]] = _value_probe(b, m, gate, _vt(b), tol_key=VT_COND + (("store",) if store else ()), cond=True,
+                                    store=store)
     return per
 
 

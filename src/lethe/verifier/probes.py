@@ -334,6 +334,23 @@ COND_PAIRS = 2
 COND_DRAWS = 2 * COND_PAIRS
 # ORD-03's cancellation probe adds one antithetic pair of the any-order layer model (reference._LayerRoundingRun)
 LAYER_DRAWS = 2
+# PRC-02's half-precision probes add one antithetic pair of the storage model (reference._StoreRoundingRun)
+STORE_DRAWS = 2
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def stores_in_dtype(probe: "Probe") -> bool:
+    """Whether the reference measures the storage model's spread (reference._StoreRoundingRun) on ``probe``: a
+    forward PRC-02 probe in a 16-bit dtype. Why only there: run in its data dtype, the reference's own code stores
+    every operator's result in that dtype, and PRC-02's rows are built to make such a result large (2^7 |w|
+    after a gemm) and cancel it later; the contract's fp32 accumulator says nothing about those stores."""
+    return probe.action == "forward" and "PRC-02" in probe.gates and probe.dtype in HALF_DTYPES
+
+
+def extra_draws(probe: "Probe") -> int:
+    """The reference forwards a floor-measuring probe runs beyond COND_DRAWS: the layer model's on ORD-03's
+    cancellation rows, the storage model's on PRC-02's half-precision rows."""
+    return (LAYER_DRAWS if probe.kind == "cancel" else 0) + (STORE_DRAWS if stores_in_dtype(probe) else 0)
 
 #: The value gates whose bound is raised to the conditioning floor where the reference measured one. Every one
 #: of them grades outputs against a bound scaled by the output; an ill-conditioned output (a norm of a constant
@@ -689,9 +706,10 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
         ]
         group = P[first:]
         # cancel also runs the reference on |x| and LAYER_DRAWS layer-model draws; a probe that measures the floor
-        # runs COND_DRAWS more forwards
+        # runs COND_DRAWS more forwards, a half-precision PRC-02 probe STORE_DRAWS storage-model draws besides
         forwards = (len(group) + (1 + LAYER_DRAWS) * sum(p.kind == "cancel" for p in group)
-                    + COND_DRAWS * sum(measures_floor(p) for p in group))
+                    + COND_DRAWS * sum(measures_floor(p) for p in group)
+                    + STORE_DRAWS * sum(stores_in_dtype(p) for p in group))
         why = _refusal(coster, (name, v), LONG_LEN, long_pool, held, forwards, len(group), base_largest,
                        interpret, budget)
         if why:

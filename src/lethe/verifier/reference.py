@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lethe.verifier import probes as P
 from lethe.verifier import tolerance as tol
@@ -746,6 +747,60 @@ class _LayerRoundingRun:
                 h.remove()
 
 
+# aten operators whose result is exact on operands representable in the data dtype, or that only move data: the
+# storage model leaves their results alone (rounding them again would charge a rounding no implementation makes).
+_EXACT_OPS = frozenset({
+    "_to_copy", "clone", "copy", "detach", "lift_fresh", "lift_fresh_copy", "alias", "contiguous", "cat", "stack",
+    "index", "index_select", "gather", "scatter", "select_scatter", "slice_scatter", "masked_fill", "where",
+    "constant_pad_nd", "reflection_pad1d", "reflection_pad2d", "replication_pad2d", "flip", "roll", "repeat",
+    "repeat_interleave", "embedding", "im2col", "col2im", "unfold", "_unsafe_view", "view", "reshape", "expand",
+    "permute", "t", "transpose", "unsqueeze", "squeeze", "narrow", "split", "split_with_sizes", "unbind",
+    "relu", "abs", "neg", "sign", "clamp", "clamp_min", "clamp_max", "hardtanh", "threshold", "maximum",
+    "minimum", "max", "min", "amax", "amin", "sort", "topk", "floor", "ceil", "round", "trunc",
+    "max_pool1d_with_indices", "max_pool2d_with_indices", "max_pool3d_with_indices", "max_pool2d", "max_pool3d",
+    "adaptive_max_pool2d", "adaptive_max_pool3d", "native_dropout", "dropout", "zeros", "ones", "empty", "full",
+    "zeros_like", "ones_like", "empty_like", "full_like", "fill", "new_zeros", "new_ones", "new_empty", "new_full",
+    "scalar_tensor", "arange", "_local_scalar_dense",
+})
+
+
+class _StoreRoundingRun(TorchDispatchMode):
+    """One draw of the storage model of PRC-02's half-precision rows: the float64 reference runs with every
+    rounding aten operator's floating result multiplied by (1 + u d) once, u the data dtype's unit roundoff and
+    d = +-1 per element from ``gen`` (views, in-place updates and the exact or data-moving operators of
+    _EXACT_OPS untouched; the inputs and weights, already representable, untouched).
+
+    Why. Run in fp16 or bf16, the reference's own code stores every operator's result in that dtype: a gemm's
+    output on the bracketed rows is ~2^7 |w|, its storage rounding ~2^-4 |w|, and a later sum that cancels it
+    returns that rounding, which the op-by-op correctly rounded forward reproduces exactly. PRC-02 asks for an
+    fp32 accumulator, not for fp32 intermediates, so what storing each result in the data dtype already does to
+    the exact answer is a floor under its bound (tolerance.store_floor). A narrow running total stays outside:
+    its error is the reduction's own, ~2^13 (fp16) or 2^16 (bf16) times one rounding of its result."""
+
+    def __init__(self, model64, dtype: str, gen: torch.Generator, sign: float = 1.0):
+        super().__init__()
+        self.u, self.gen = sign * tol.eps(dtype) / 2.0, gen
+
+    def _perturb(self, t):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel():
+            return t * (1.0 + self.u * _signs(t.shape, self.gen, t.device))
+        if isinstance(t, (tuple, list)):
+            return type(t)(self._perturb(x) for x in t)
+        return t
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        # the mode is off inside its own dispatch, so the perturbation below is not perturbed again
+        if (func.overloadpacket.__name__ in _EXACT_OPS
+                or any(r.alias_info is not None for r in func._schema.returns)):
+            return out
+        return self._perturb(out)
+
+    def __call__(self, ref: Float64Reference, x64: list):
+        with self:
+            return ref(*x64)
+
+
 def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> None:
     """acc[key] = max(acc[key], |new - base|) elementwise; a non-finite difference counts as 0 (a floor must
     never come from an overflow of the perturbed problem)."""
@@ -759,7 +814,8 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     """Store, beside a probe's reference arrays, the per-element spread max_k |f(data_k) - f(data)| over
     COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe
     (and, for ORD-03's cancellation rows, ``p/<id>/layer<k>`` over the LAYER_DRAWS draws of
-    :class:`_LayerRoundingRun`, a worst case read without the floor's statistical margin);
+    :class:`_LayerRoundingRun`, a worst case read without the floor's statistical margin; for PRC-02's
+    half-precision rows, ``p/<id>/store<k>`` over the STORE_DRAWS draws of :class:`_StoreRoundingRun`);
     for a backward probe (``ups`` given: the same upstream gradients) ``p/<id>/gcond<j>`` for input j's
     gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
     alone already does to the exact answer; tolerance.cond_floor turns it into a floor under the bounds of
@@ -770,9 +826,16 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 3)
     acc: dict[str, np.ndarray] = {}
     try:
-        # ORD-03's cancellation rows also get LAYER_DRAWS draws of the any-order layer model (one antithetic pair)
-        n_draws = COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" and ups is None else 0)
-        for i in range(n_draws):
+        # ORD-03's cancellation rows also get LAYER_DRAWS draws of the any-order layer model, PRC-02's half-precision
+        # rows STORE_DRAWS draws of the storage model (one antithetic pair each); a backward probe neither
+        kinds = ["cond"] * COND_DRAWS
+        if ups is None:
+            kinds += ["layer"] * (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
+            kinds += ["store"] * (P.STORE_DRAWS if P.stores_in_dtype(probe) else 0)
+        runs = {"cond": lambda sign: _PerturbedRun(model64, u, gen, sign=sign),
+                "layer": lambda sign: _LayerRoundingRun(model64, probe.dtype, gen, sign=sign),
+                "store": lambda sign: _StoreRoundingRun(model64, probe.dtype, gen, sign=sign)}
+        for i, kind in enumerate(kinds):
             if i % 2 == 0:
                 pair_start = gen.get_state()
             else:  # the same signs again (the forward draws them in the same order), negated
@@ -780,12 +843,11 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
             model64.load_state_dict(state)
             ref = Float64Reference(model64)
             sign = 1.0 if i % 2 == 0 else -1.0
-            run = (_PerturbedRun(model64, u, gen, sign=sign) if i < COND_DRAWS
-                   else _LayerRoundingRun(model64, probe.dtype, gen, sign=sign))
+            run = runs[kind](sign)
             if ups is None:
                 with torch.no_grad():
                     outs = flatten(run(ref, [x.detach() if isinstance(x, torch.Tensor) else x for x in x64]))
-                kind = "cond" if i < COND_DRAWS else "layer"  # the layer model's spread is kept apart
+                # each model's spread is kept apart: the gates read them with different margins
                 for k, o in enumerate(outs):
                     base = arrays.get(f"p/{pid}/ref{k}")
                     if o.is_floating_point() and base is not None and base.shape == tuple(o.shape):
@@ -810,7 +872,8 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
         model64.zero_grad(set_to_none=True)
         model64.load_state_dict(state)
     arrays.update(acc)
-    return {"draws": COND_DRAWS, "u": u, **({"layer_draws": n_draws - COND_DRAWS} if n_draws > COND_DRAWS else {})}
+    extra = {f"{k}_draws": kinds.count(k) for k in ("layer", "store") if k in kinds}
+    return {"draws": COND_DRAWS, "u": u, **extra}
 
 
 # How a probe's reason starts when the reference raised while running it (lethe.verifier.reference._run_probe).
@@ -974,7 +1037,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
     shape_variant_floor = shape_floor and P.is_shape_variant(probe)
     if measures_optional_floor(probe, shape_floor):
         # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
-        draws = P.COND_DRAWS + (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
+        draws = P.COND_DRAWS + P.extra_draws(probe)
         nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
         refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start), nbytes, draws)
         if not refusal and shape_variant_floor and nbytes > SHAPE_FLOOR_MAX_MB * 2**20:

@@ -412,5 +412,20 @@ def with_layer_floor(t: np.ndarray, spread: np.ndarray | None) -> np.ndarray:
     return _raised_to(t, spread, finite_abs)
 
 
+def store_floor(spread: np.ndarray, c: Constants = DEFAULT) -> np.ndarray:
+    """The storage floor under PRC-02's bounds on its half-precision probes: ``K_COND * spread_i``, spread_i the
+    largest change of output i over the storage model's draws (reference._StoreRoundingRun: every operator's
+    result moved by u_data d, once). One rounding per stored element, so no sqrt(N) (that factor of
+    :func:`cond_floor` is for the N roundings inside a reduction); K_COND is the margin of a sampled maximum. A
+    non-finite spread counts as 0."""
+    s = np.abs(np.asarray(spread, dtype=np.float64))
+    return c.K_COND * np.where(np.isfinite(s), s, 0.0)
+
+
+def with_store_floor(t: np.ndarray, spread: np.ndarray | None, c: Constants = DEFAULT) -> np.ndarray:
+    """max(t, store_floor(spread)) elementwise; ``t`` unchanged when no spread was measured or its shape differs."""
+    return _raised_to(t, spread, lambda s: store_floor(s, c))
+
+
 def as_dict(c: Constants = DEFAULT) -> dict:
     return asdict(c)
