@@ -649,3 +649,53 @@ def test_the_storage_model_leaves_exact_operators_and_other_probes_alone():
     arrays = {"p/acc_fp16/ref0": ref.numpy().copy()}
     conditioning_spread(m64, {}, x, probe, 7, arrays)
     assert (arrays["p/acc_fp16/store0"] == 0).all()  # relu rounds nothing
+
+
+class _GemmBatchNorm(torch.nn.Module):
+    """gemm -> training-mode batch norm: the gemm's bias gradient is exactly 0 (the norm removes any per-column
+    constant), so an honest fp32 backward returns only its rounding (KernelBench L2/97's matmul.bias, D5)."""
+
+    def __init__(self, k=64, n=32):
+        super().__init__()
+        self.lin = torch.nn.Linear(k, n)
+        self.bn = torch.nn.BatchNorm1d(n)
+
+    def forward(self, x):
+        return self.bn(self.lin(x))
+
+
+def test_backward_spread_stores_each_leafs_input_gradient_so_an_exact_zero_gradient_gets_a_floor():
+    """The backward draws also move each leaf module's input gradient once by u (what the backward stores between
+    layers): the bias gradient in front of a batch norm, exactly 0, then gets a floor that covers fp32 autograd's
+    residue, which the gradient tolerance alone (scaled by a ~0 reference) does not; a backward that forgets the
+    norm's mean term (the bias gradient becomes the column sum of dy) stays outside."""
+    for seed in range(6):
+        _zero_bias_gradient_case(seed)
+
+
+def _zero_bias_gradient_case(seed: int) -> None:
+    torch.manual_seed(seed)
+    model = _GemmBatchNorm()
+    model.train()
+    x = torch.randn(256, 64)
+    up = torch.randn(256, 32, dtype=torch.float64)
+    m64 = copy.deepcopy(model).double()
+    state = {k: v.clone() for k, v in m64.state_dict().items()}
+    x64 = x.double().requires_grad_(True)
+    m64(x64).backward(up)
+    ref = m64.lin.bias.grad.clone()
+    arrays = {"p/g/gin0": x64.grad.numpy().copy(), "p/g/gpar/lin.bias": ref.numpy().copy()}
+    m64.zero_grad(set_to_none=True)
+    meta = conditioning_spread(m64, state, [x64.detach()], P.Probe("g", "rand", ("CMP-02",), action="backward"),
+                               seed, arrays, ups=[up])
+    assert meta["draws"] == P.GRAD_COND_DRAWS
+    n = _T.reduction_length([tuple(x.shape)], [(256, 32)])
+    gt = _T.grad_tol(ref.numpy(), "float32", n)
+    t = _T.with_cond_floor(gt, arrays["p/g/gcondpar/lin.bias"], n)
+    m32 = copy.deepcopy(model)
+    m32(x).backward(up.float())
+    err = (m32.lin.bias.grad.double() - ref).abs().numpy()
+    assert (err > gt).any()  # the false fail the stored-gradient draws exist for
+    assert (err <= t).all()
+    wrong = up.sum(0)  # the bias gradient without the norm's backward
+    assert ((wrong - ref).abs().numpy() > t).all()

@@ -598,6 +598,9 @@ class _PerturbedRun:
     """One draw of the backward-error model: every floating input, parameter and buffer of the model and every
     floating output of each leaf submodule is multiplied by (1 + u * d), d = +-1 per element from ``gen``.
 
+    In a backward draw every leaf's input gradient is multiplied the same way (what an honest backward stores
+    between layers: the gradient a bias gradient sums, for one).
+
     Why all three. A backward-stable fp32 implementation returns the exact answer to a problem whose data are
     perturbed by ~u relative: the inputs and weights (each product of a convolution or gemm is rounded once), and
     -- for a chain of operators -- every intermediate it stores (a convolution's output rounded before a batch
@@ -623,8 +626,11 @@ class _PerturbedRun:
             for t in list(self.model.parameters()) + list(self.model.buffers()):
                 if t.is_floating_point():
                     t.mul_(1.0 + self.u * _signs(t.shape, self.gen, t.device))
-        hooks = [m.register_forward_hook(lambda mod, inp, out: self._perturb(out))
-                 for m in self.model.modules() if m is not self.model and not any(True for _ in m.children())]
+        leaves = [m for m in self.model.modules() if m is not self.model and not any(True for _ in m.children())]
+        hooks = [m.register_forward_hook(lambda mod, inp, out: self._perturb(out)) for m in leaves]
+        if torch.is_grad_enabled():
+            # the backward stores each leaf's input gradient too (what a bias gradient sums, for one)
+            hooks += [m.register_full_backward_hook(lambda mod, gin, gout: self._perturb(gin)) for m in leaves]
         try:
             return ref(*[self._perturb(x) for x in x64])
         finally:
@@ -828,7 +834,7 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     try:
         # ORD-03's cancellation rows also get LAYER_DRAWS draws of the any-order layer model, PRC-02's half-precision
         # rows STORE_DRAWS draws of the storage model (one antithetic pair each); a backward probe neither
-        kinds = ["cond"] * COND_DRAWS
+        kinds = ["cond"] * (COND_DRAWS if ups is None else P.GRAD_COND_DRAWS)
         if ups is None:
             kinds += ["layer"] * (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
             kinds += ["store"] * (P.STORE_DRAWS if P.stores_in_dtype(probe) else 0)
@@ -873,7 +879,7 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
         model64.load_state_dict(state)
     arrays.update(acc)
     extra = {f"{k}_draws": kinds.count(k) for k in ("layer", "store") if k in kinds}
-    return {"draws": COND_DRAWS, "u": u, **extra}
+    return {"draws": kinds.count("cond"), "u": u, **extra}
 
 
 # How a probe's reason starts when the reference raised while running it (lethe.verifier.reference._run_probe).
