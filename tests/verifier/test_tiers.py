@@ -69,4 +69,5 @@ def test_render_names_what_a_measured_corpus_lets_through(tmp_path):
                                                            full)})
     T.render(doc, {}, str(tmp_path / "t.md"), str(tmp_path / "t.tex"))
     md = (tmp_path / "t.md").read_text()
-    assert "| hostile | 2 | 1 | 1 |" in md and "run on its own" in md and "60 s and 2048 MB" in md
+    assert "| hostile | 2 | 1 | 1 |" in md and "run on its own" in md and "(cpu, strict profile, " in md
+    assert "60 s and 2048 MB" in md and "the count would be 0" in md

@@ -249,13 +249,17 @@ def render(doc: Mapping[str, Any], timing: Mapping[str, Any], md: str, tex: str)
              if ks else "No timing committed."]
     measured = {c: v for c, v in doc["corpora"].items() if v.get("quick_rows") == "measured"}
     if measured:
-        runs = "; ".join(f"{c}: {v['run']}" for c, v in measured.items() if v.get("run"))
+        one = len(measured) == 1
+        runs = "; ".join(v["run"] if one else f"{c}: {v['run']}" for c, v in measured.items() if v.get("run"))
+        derived = "; ".join(f"{len(v['derived_ids'])}" if one else f"{c}: {len(v['derived_ids'])}"
+                            for c, v in measured.items())
         notes.append(f"{', '.join(measured)}: the quick tier was run on its own beside the full battery"
                      f"{f' ({runs})' if runs else ''}, since a crash, timeout or kill in a full-battery row does not "
                      f"say which gates a shorter run would pass. A member counts as let through when the quick "
                      f"tier's own row passes it (graded, no quick gate failing) and the full battery's row does "
-                     f"not (a failing gate, or a containment status: crash, timeout, compile or load failure). The "
-                     f"other rows are derived from the full battery's rows (their quick gates' statuses).")
+                     f"not (a failing gate, or a containment status: crash, timeout, compile or load failure); "
+                     f"read from the full battery's rows alone, the count would be {derived}. The other rows are "
+                     f"derived from the full battery's rows (their quick gates' statuses).")
         odd = {c: v["rejected_by_tier_only"] for c, v in measured.items() if v.get("rejected_by_tier_only")}
         for c, ids in odd.items():
             notes.append(f"{c}: rejected by the quick tier but passed by the full battery (a run that behaved "
