@@ -282,6 +282,7 @@ class Server:
             # the caller's to empty. Not a function of the verifier package: its sources are the code digest.
             n = len(api._REF_CACHE)
             api._REF_CACHE.clear()
+            api._REF_MEMO.clear()  # the tolerances kept with them
             return {"forgot": n}
         if req.get("op") != "verify":
             return {"error": f"unknown op {req.get('op')!r}"}

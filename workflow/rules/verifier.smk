@@ -26,8 +26,12 @@ rule verifier_calibration_table:
 
 # The tiered check (lethe.verifier.tiers): what its quick tier alone lets through, computed from committed
 # full-battery rows (the red team on the CPU and on the H200; the H200 mixed run), and the committed per-tier timing.
+# The hostile suite (data/hostile) has the quick tier run on its own beside the full battery (python -m
+# lethe.verifier.tiers --rows): a containment status in a full-battery row does not say what the quick gates would do.
 TIER_ROWS = {"red team (CPU)": "results/red_team/rows.parquet", "red team (H200)": "results/red_team/h200/rows.parquet",
-             "mixed run (H200)": "results/audit/mixed/rows.parquet"}
+             "mixed run (H200)": "results/audit/mixed/rows.parquet",
+             "hostile suite (CPU)": "results/verifier/hostile/rows.parquet"}
+TIER_QUICK_ROWS = {"hostile suite (CPU)": "results/verifier/hostile/quick_rows.parquet"}
 RENDER_TARGETS.extend(["paper/tables/verifier_tiers.md", "paper/tables/verifier_tiers.tex"])
 
 
@@ -36,6 +40,8 @@ rule verifier_tiers_table:
         CONDA_ENV
     input:
         rows=list(TIER_ROWS.values()),
+        quick=list(TIER_QUICK_ROWS.values()),
+        quick_provenance=[os.path.join(os.path.dirname(p), "provenance.json") for p in TIER_QUICK_ROWS.values()],
         timing="results/verifier/tier_timing.json",
     output:
         json="results/verifier/tiers.json",
@@ -43,6 +49,7 @@ rule verifier_tiers_table:
         tex="paper/tables/verifier_tiers.tex",
     params:
         names=list(TIER_ROWS),
+        quick_names=list(TIER_QUICK_ROWS),
     log:
         "logs/verifier/tiers_table.log",
     script:

@@ -110,6 +110,7 @@ class ProfileMemo:
         from lethe.verifier import api
 
         api._REF_CACHE.clear()
+        api._REF_MEMO.clear()  # the tolerances kept with them (api.grade)
         self._ref_sha = ref_sha
 
     def _verify_all(self, ref_src: str, cand_src: str, *, device: str, seed: int, kernel_id: str, corpus: str,

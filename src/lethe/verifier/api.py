@@ -78,23 +78,59 @@ def resolve_reference_device(reference_device: str, device: str) -> str:
     return reference_device
 
 
+_DIGEST: tuple[tuple, str] | None = None
+
+
 def code_digest() -> str:
     """SHA-256 over the verifier's own sources (gates, probes, tolerances, reference, worker...): two rows with
-    the same digest were graded by the same code, so a resumed audit may reuse one (lethe.audit.shard)."""
+    the same digest were graded by the same code, so a resumed audit may reuse one (lethe.audit.shard).
+    Re-read only when a source file's name, size or modification time changed since the last call (every row
+    asks for it)."""
+    global _DIGEST
+    paths = sorted(Path(__file__).parent.glob("*.py"))
+    stamp = tuple((p.name, st.st_size, st.st_mtime_ns) for p in paths for st in (p.stat(),))
+    if _DIGEST is not None and _DIGEST[0] == stamp:
+        return _DIGEST[1]
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    for path in paths:
         h.update(path.name.encode())
         h.update(path.read_bytes())
-    return h.hexdigest()[:16]
+    _DIGEST = (stamp, h.hexdigest()[:16])
+    return _DIGEST[1]
+
+
+_LIBRARIES: dict | None = None
+
+
+_CONSTANTS: dict | None = None
+
+
+def _default_constants() -> dict:
+    """T.as_dict() of the (frozen) default constants, built once."""
+    global _CONSTANTS
+    if _CONSTANTS is None:
+        _CONSTANTS = T.as_dict()
+    return dict(_CONSTANTS)
+
+
+def _library_versions() -> dict:
+    """lethe.provenance.library_versions, read once per process (installed versions do not change under a running
+    verifier; the first read and the modules' own strings agree, tests/test_provenance.py)."""
+    global _LIBRARIES
+    if _LIBRARIES is None:
+        from lethe.provenance import library_versions
+
+        _LIBRARIES = library_versions()
+    return dict(_LIBRARIES)
 
 
 def environment(device: str) -> dict:
     """What makes a row reproducible: library versions, device, plan and tolerance versions, the verifier's code
     digest (no host, no time). Where the reference ran is added once it has run (:func:`reference_environment`)."""
-    from lethe.provenance import gpu_info, library_versions
+    from lethe.provenance import gpu_info
 
-    env = {"libraries": library_versions(), "machine": platform.machine(), "device": device,
-           "plan": battery.PLAN_VERSION, "tolerance": T.as_dict(), "schema": R.SCHEMA_VERSION,
+    env = {"libraries": _library_versions(), "machine": platform.machine(), "device": device,
+           "plan": battery.PLAN_VERSION, "tolerance": _default_constants(), "schema": R.SCHEMA_VERSION,
            "verifier_code": code_digest()}
     if device == "cuda":
         info = gpu_info(driver=False)
@@ -439,14 +475,37 @@ def grade(ref: dict, ref_arrays: dict, cand: dict, cand_arrays: dict, profs: lis
     from lethe.verifier import gates as G
 
     memo: dict = {}
+    ref_memo = _ref_memo(ref, ref_arrays)
     out = {}
     for prof in profs:
         bundle = G.Bundle(ref=ref, ref_arrays=ref_arrays, cand=cand, cand_arrays=cand_arrays, profile=prof,
-                          seed=int(seed), device=device, constants=constants, memo=memo)
+                          seed=int(seed), device=device, constants=constants, memo=memo, ref_memo=ref_memo)
         out[prof.name] = {g: r.to_row() for g, r in G.grade(bundle, only=only_gates).items()}
     if timings is not None:
         timings.setdefault("grade_where", "here")
     return out
+
+
+# Reference-only values of grading (tolerances and floors: gates.Bundle.ref_memo) kept for the references graded
+# last, so that candidates after the first of a cached reference do not recompute them: at most _REF_MEMO_MAX
+# references and _REF_MEMO_MB of arrays each. Keyed by the reference's own result and arrays objects (those of
+# _REF_CACHE, held here so neither can be replaced by another under the same id).
+_REF_MEMO: dict[tuple[int, int], tuple[dict, dict, Any]] = {}
+_REF_MEMO_MAX = 2
+_REF_MEMO_MB = 512
+
+
+def _ref_memo(ref: dict, ref_arrays: dict):
+    from lethe.verifier import gates as G
+
+    key = (id(ref), id(ref_arrays))
+    hit = _REF_MEMO.pop(key, None)
+    if hit is None or hit[0] is not ref or hit[1] is not ref_arrays:
+        hit = (ref, ref_arrays, G.RefMemo(_REF_MEMO_MB << 20))
+    _REF_MEMO[key] = hit  # most recent last
+    while len(_REF_MEMO) > _REF_MEMO_MAX:
+        _REF_MEMO.pop(next(iter(_REF_MEMO)))
+    return hit[2]
 
 
 def _grading_threads() -> int:

@@ -52,6 +52,24 @@ class Bundle:
     # NaN-skipping), so it is stored under exactly those (see compare_key) and computed once. Gates never
     # mutate what they read from it.
     memo: dict = field(default_factory=dict)
+    # Values that depend on the reference alone (tolerances, floors, whether an output holds NaN), kept with the
+    # reference between candidates graded against it (api.grade: a reward loop's steady state grades many
+    # candidates of one cached reference); ``None`` keeps them in ``memo``, for this grading only. Computed by
+    # the same code either way, so where they are kept never changes a result; gates never mutate them.
+    ref_memo: RefMemo | None = None
+
+    def ref_value(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, a function of the reference's arrays and results alone, memoised under ``key`` with the
+        reference (``ref_memo``), or in ``memo`` where there is none or it is full."""
+        store = self.ref_memo if self.ref_memo is not None else self.memo
+        if key in store:
+            return store[key]
+        if key in self.memo:
+            return self.memo[key]
+        v = compute()
+        if store is self.memo or not store.put(key, v):
+            self.memo[key] = v
+        return v
 
     def probes(self, gate: str) -> list[dict]:
         return [p for p in self.ref.get("probes", []) if gate in p["gates"]]
@@ -68,19 +86,36 @@ class Bundle:
         return ("cmp", self.constants, *what, skip_nan)
 
     def ref_has_nan(self, name: str) -> bool:
-        key = ("has_nan", name)
-        if key not in self.memo:
+        def has_nan() -> bool:
             r = self.ref_arrays[name]
             if not np.issubdtype(r.dtype, np.floating):
-                self.memo[key] = False
-            elif r.size >= TORCH_COMPARE_MIN_NUMEL:
+                return False
+            if r.size >= TORCH_COMPARE_MIN_NUMEL:
                 # a sum that is not NaN proves there is no NaN (one read pass, no mask); inf - inf needs
                 # the mask
                 rt = _as_t(r)
-                self.memo[key] = math.isnan(float(rt.sum())) and bool(torch.isnan(rt).any())
-            else:
-                self.memo[key] = bool(np.isnan(r).any())
-        return self.memo[key]
+                return math.isnan(float(rt.sum())) and bool(torch.isnan(rt).any())
+            return bool(np.isnan(r).any())
+
+        return self.ref_value(("has_nan", name), has_nan)
+
+
+class RefMemo(dict):
+    """A reference's memo of reference-only values (:attr:`Bundle.ref_memo`), holding at most ``max_bytes`` of
+    arrays: a value that would pass the cap is not kept (the grading that needed it keeps it for itself)."""
+
+    def __init__(self, max_bytes: int):
+        super().__init__()
+        self.max_bytes = int(max_bytes)
+        self.nbytes = 0
+
+    def put(self, key: tuple, value: Any) -> bool:
+        size = value.nbytes if isinstance(value, np.ndarray) else 0
+        if self.nbytes + size > self.max_bytes:
+            return False
+        self[key] = value
+        self.nbytes += size
+        return True
 
 
 def _clean(v: Any) -> Any:
@@ -348,13 +383,21 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
         if key not in b.memo:
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
             alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
-            t = tol_fn(r, meta["dtype"], meta["N"]) if np.issubdtype(r.dtype, np.floating) else 0.0
-            if cond and np.issubdtype(r.dtype, np.floating):
-                t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
-            if layer and np.issubdtype(r.dtype, np.floating):
-                t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
-            if store and np.issubdtype(r.dtype, np.floating):
-                t = tol.with_store_floor(t, b.ref_arrays.get(f"p/{pid}/store{k}"), b.constants)
+
+            def bound(r=r, k=k) -> np.ndarray | float:
+                t = tol_fn(r, meta["dtype"], meta["N"])
+                if cond:
+                    t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
+                if layer:
+                    t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
+                if store:
+                    t = tol.with_store_floor(t, b.ref_arrays.get(f"p/{pid}/store{k}"), b.constants)
+                return t
+            # The bound is the reference's alone: named like the comparison (tol_key names the function), without
+            # what only the comparison reads (the candidate's output, the alternative reference, NaN skipping).
+            t = (b.ref_value(("tol", b.constants, f"p/{pid}/ref{k}", tol_key or (gate,), meta["dtype"], meta["N"],
+                              cond, layer, store), bound)
+                 if np.issubdtype(r.dtype, np.floating) else 0.0)
             b.memo[key] = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
         summaries.append(b.memo[key])
     ok = all(s["ok"] for s in summaries)
@@ -440,8 +483,10 @@ def cmp_02(b: Bundle) -> GateResult:
             n = tol.reduction_length(n_all, [r.shape])
             key = b.compare_key(f"p/{pid}/gin{j}", "grad_tol", m["dtype"], n)
             if key not in b.memo:
-                t = tol.with_cond_floor(tol.grad_tol(r, m["dtype"], n, b.constants),
-                                        b.ref_arrays.get(f"p/{pid}/gcond{j}"), n, b.constants)
+                t = b.ref_value(("grad_tol", b.constants, f"p/{pid}/gin{j}", m["dtype"], n),
+                                lambda r=r, j=j, n=n: tol.with_cond_floor(
+                                    tol.grad_tol(r, m["dtype"], n, b.constants),
+                                    b.ref_arrays.get(f"p/{pid}/gcond{j}"), n, b.constants))
                 b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
             s = b.memo[key]
             checks[f"input{j}"] = s
@@ -458,8 +503,10 @@ def cmp_02(b: Bundle) -> GateResult:
                 n = tol.reduction_length(n_all, [r.shape])
                 key = b.compare_key(f"p/{pid}/gpar/{name}", "grad_tol", m["dtype"], n)
                 if key not in b.memo:
-                    t = tol.with_cond_floor(tol.grad_tol(r, m["dtype"], n, b.constants),
-                                            b.ref_arrays.get(f"p/{pid}/gcondpar/{name}"), n, b.constants)
+                    t = b.ref_value(("grad_tol", b.constants, f"p/{pid}/gpar/{name}", m["dtype"], n),
+                                    lambda r=r, name=name, n=n: tol.with_cond_floor(
+                                        tol.grad_tol(r, m["dtype"], n, b.constants),
+                                        b.ref_arrays.get(f"p/{pid}/gcondpar/{name}"), n, b.constants))
                     b.memo[key] = compare(r, c, m["dtype"], t, b.profile)
                 s = b.memo[key]
                 checks[f"param:{name}"] = s
@@ -616,8 +663,10 @@ def ord_03(b: Bundle) -> GateResult:
                 return {"status": "error", "reason": f"reference sensitivity of output {k} missing"}
             key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"])
             if key not in b.memo:
-                t = tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c)
-                t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c)
+                t = b.ref_value(("ord03_offset", c, f"p/{pid}/ref{k}", m["dtype"], m["N"]),
+                                lambda r=r, sens=sens, k=k: tol.with_cond_floor(
+                                    tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c),
+                                    b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c))
                 b.memo[key] = compare(r, outs[k], m["dtype"], t, b.profile)
             summaries.append(b.memo[key])
         bad = [k for k, s in enumerate(summaries) if not s["ok"]]

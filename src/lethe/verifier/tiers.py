@@ -12,6 +12,15 @@ verdict: tiering changes the cost, never the outcome. Using the quick tier *alon
 kernel that only fails a gate outside it passes. :func:`false_passes` counts exactly those kernels in a set of
 full-battery rows (same seed and profile: a gate's verdict does not depend on which other gates ran), which is
 how the rate each tier lets through is measured (results/verifier/tiers.json).
+
+That derivation needs a graded row. A hostile candidate's full-battery row is often a containment status (a
+crash, a timeout, the sandbox's own kill) that says nothing about which gates a shorter run would have passed:
+the full battery runs more probes in the candidate's process than the quick tier does, so a candidate that
+misbehaves only on some of them may be graded, and pass, on the quick tier's alone. For such a corpus the quick
+tier is *run* (:func:`tier_rows`: each member once with the quick gates only, once with the full battery) and
+:func:`measured_false_passes` compares the two rows of each member: the quick tier lets a member through when
+its own row does not reject (graded, no quick gate failing) while the full battery's does (a failing gate or
+any status short of grading: crash, timeout, compile or load failure).
 """
 
 from __future__ import annotations
@@ -58,16 +67,86 @@ def false_passes(full_rows: Iterable[Mapping[str, Any]], tier: str) -> dict[str,
             "ids": missed}
 
 
+def measured_false_passes(full_rows: Iterable[Mapping[str, Any]], tier_rows_: Iterable[Mapping[str, Any]],
+                          tier: str = "quick") -> dict[str, Any]:
+    """Among kernels the full battery rejects, those whose own run of the tier (``tier_rows_``, one row per id,
+    same seed and profile) does not reject them; with each kernel's two verdicts and, as a check, the ids the
+    full rows alone would have given (:func:`false_passes`)."""
+    from lethe.verifier.api import verdict
+
+    gates = TIERS[tier]
+    full = {str(r["id"]): r for r in full_rows}
+    mine = {str(r["id"]): r for r in tier_rows_}
+    if set(full) != set(mine):
+        raise ValueError(f"tier rows and full rows name different kernels: {sorted(set(full) ^ set(mine))}")
+    rejected = [i for i, r in full.items() if _rejects(r)]
+    missed = sorted(i for i in rejected if not _rejects(mine[i], gates))
+    return {"tier": tier, "gates": list(gates) if gates else "all", "quick_rows": "measured",
+            "rejected_by_full": len(rejected), "passed_by_tier": len(missed),
+            "rate": len(missed) / len(rejected) if rejected else None, "ids": missed,
+            # A kernel the tier rejects although the full battery passes it: impossible for graded rows of one
+            # seed (the tier's gates are among the full battery's), so any id here is a run that behaved
+            # differently the second time (a containment race, a limit hit once).
+            "rejected_by_tier_only": sorted(i for i, r in full.items() if not _rejects(r) and _rejects(mine[i], gates)),
+            "derived_ids": false_passes(full.values(), tier)["ids"],
+            "verdicts": {i: {tier: verdict(mine[i]), "full": verdict(full[i])} for i in sorted(full)}}
+
+
 def measure(full_rows_by_corpus: Mapping[str, Iterable[Mapping[str, Any]]],
-            timings: Iterable[Mapping[str, Any]] = ()) -> dict[str, Any]:
+            timings: Iterable[Mapping[str, Any]] = (),
+            quick_rows_by_corpus: Mapping[str, Iterable[Mapping[str, Any]]] | None = None,
+            notes_by_corpus: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The tiers document: per corpus of committed full-battery rows (one profile), what the quick tier alone
-    lets through; and per-kernel seconds of each tier where they were timed."""
+    lets through; and per-kernel seconds of each tier where they were timed. A corpus in
+    ``quick_rows_by_corpus`` has committed rows of the quick tier run on its own, compared with
+    :func:`measured_false_passes`; the others are derived from their full rows (:func:`false_passes`).
+    ``notes_by_corpus``: a line of how a corpus was run (its limits), kept with its entry."""
+    quick_rows_by_corpus = quick_rows_by_corpus or {}
     out: dict[str, Any] = {"schema": "lethe.tiers/1", "tiers": {k: list(v) if v else "all" for k, v in TIERS.items()},
                            "corpora": {}, "timings": list(timings)}
     for corpus, rows in full_rows_by_corpus.items():
         rows = list(rows)
-        out["corpora"][corpus] = {"kernels": len(rows), **false_passes(rows, "quick")}
+        if corpus in quick_rows_by_corpus:
+            entry = measured_false_passes(rows, list(quick_rows_by_corpus[corpus]), "quick")
+        else:
+            entry = {**false_passes(rows, "quick"), "quick_rows": "derived"}
+        out["corpora"][corpus] = {"kernels": len(rows), **entry}
+        if notes_by_corpus and corpus in notes_by_corpus:
+            out["corpora"][corpus]["run"] = notes_by_corpus[corpus]
     return out
+
+
+def run_note(prov: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) -> str:
+    """How a corpus of :func:`tier_rows` was run, from its provenance and rows: device, the candidate's limits,
+    and how many rows ran under the full operating-system isolation (tamper-proof)."""
+    rows = list(rows)
+    proof = sum(bool(r.get("tamper_proof")) for r in rows)
+    return (f"{prov.get('device', '?')}, {prov.get('profile', 'strict')} profile, candidate limits "
+            f"{float(prov.get('timeout_s', 0)):g} s and {prov.get('memory_mb', '?')} MB per run, "
+            f"{proof} of {len(rows)} full-battery rows tamper-proof")
+
+
+def tier_rows(kernels: Iterable[tuple[str, str, str, dict]], *, tier: str = "quick", device: str = "cpu",
+              seed: int = 20260829, profile: str = "strict", corpus: str = "", timeout_s: float = 600,
+              memory_mb: int = 8192, log=None) -> tuple[list[dict], list[dict]]:
+    """``(tier rows, full rows)``: each (id, reference, candidate, sources) verified with the tier's gates
+    alone and with the full battery, one after the other (same seed, profile and limits), for
+    :func:`measured_false_passes`."""
+    from lethe.verifier import api
+
+    gates = TIERS[tier]
+    if gates is None:
+        raise ValueError("the full battery has no tier of its own to compare")
+    mine, full = [], []
+    for kid, ref, cand, sources in kernels:
+        kw = dict(profile=profile, device=device, seed=seed, timeout_s=timeout_s, memory_mb=memory_mb,
+                  kernel_id=kid, corpus=corpus, sources=sources)
+        mine.append(api.verify(ref, cand, only_gates=list(gates), **kw))
+        full.append(api.verify(ref, cand, **kw))
+        if log:
+            log(f"{kid}: {tier} {api.verdict(mine[-1])} ({mine[-1]['seconds']:.1f} s), "
+                f"full {api.verdict(full[-1])} ({full[-1]['seconds']:.1f} s)")
+    return mine, full
 
 
 def time_tiers(pairs: Iterable[tuple[str, str, str]], *, device: str = "cpu", seed: int = 20260829) -> list[dict]:
@@ -101,12 +180,41 @@ def main(argv: list[str] | None = None) -> int:
     from lethe.verifier.sources import read_source
 
     argv = list(sys.argv[1:] if argv is None else argv)  # the provenance records the command as given
-    ap = argparse.ArgumentParser(prog="python -m lethe.verifier.tiers", description="time each tier")
-    ap.add_argument("members", nargs="+", help="red-team member folders (ref.py + cand.py)")
-    ap.add_argument("--out", required=True)
+    ap = argparse.ArgumentParser(prog="python -m lethe.verifier.tiers",
+                                 description="time each tier (--out), or run each member under the quick tier "
+                                             "alone and the full battery (--rows)")
+    ap.add_argument("members", nargs="+", help="member folders (cand.py, and ref.py unless --ref)")
+    how = ap.add_mutually_exclusive_group(required=True)
+    how.add_argument("--out", help="timing file to write (lethe.tier_timing/1)")
+    how.add_argument("--rows", help="folder for rows.parquet (full battery), quick_rows.parquet (quick tier "
+                                    "alone) and provenance.json")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--ref", help="one reference for every member (a suite with a shared ref.py)")
+    ap.add_argument("--corpus", default="", help="the rows' corpus field (--rows)")
+    ap.add_argument("--timeout-s", type=float, default=600, help="candidate wall clock per run (--rows)")
+    ap.add_argument("--memory-mb", type=int, default=8192, help="candidate memory per run (--rows)")
     a = ap.parse_args(argv)
-    pairs = [(Path(m).name, read_source(Path(m) / "ref.py"), read_source(Path(m) / "cand.py")) for m in a.members]
+
+    def ref_of(m: Path) -> Path:
+        return Path(a.ref) if a.ref else m / "ref.py"
+
+    members = [Path(m) for m in a.members]
+    if a.rows:
+        from lethe.verifier import records
+
+        kernels = [(m.name, read_source(ref_of(m)), read_source(m / "cand.py"),
+                    {"ref_path": str(ref_of(m)), "cand_path": str(m / "cand.py")}) for m in members]
+        quick, full = tier_rows(kernels, device=a.device, corpus=a.corpus, timeout_s=a.timeout_s,
+                                memory_mb=a.memory_mb, log=print)
+        out = Path(a.rows)
+        out.mkdir(parents=True, exist_ok=True)
+        records.write_rows(full, out / "rows.parquet")
+        records.write_rows(quick, out / "quick_rows.parquet")
+        provenance.write(out / "provenance.json", command="python -m lethe.verifier.tiers " + " ".join(argv),
+                         device=a.device, profile="strict", seed=20260829, n_kernels=len(kernels),
+                         timeout_s=a.timeout_s, memory_mb=a.memory_mb, tier="quick")
+        return 0
+    pairs = [(m.name, read_source(ref_of(m)), read_source(m / "cand.py")) for m in members]
     doc = {"schema": "lethe.tier_timing/1", "device": a.device,
            "what": "seconds of one verification per tier, the reference already cached; strict profile",
            "kernels": time_tiers(pairs, device=a.device)}
@@ -139,6 +247,23 @@ def render(doc: Mapping[str, Any], timing: Mapping[str, Any], md: str, tex: str)
              f"Seconds per kernel with the reference cached ({timing.get('device', 'cpu')}, {len(ks)} red-team "
              f"members, {timing.get('what', '')}): quick median {median(q):.2f} s, full median {median(f):.2f} s."
              if ks else "No timing committed."]
+    measured = {c: v for c, v in doc["corpora"].items() if v.get("quick_rows") == "measured"}
+    if measured:
+        one = len(measured) == 1
+        runs = "; ".join(v["run"] if one else f"{c}: {v['run']}" for c, v in measured.items() if v.get("run"))
+        derived = "; ".join(f"{len(v['derived_ids'])}" if one else f"{c}: {len(v['derived_ids'])}"
+                            for c, v in measured.items())
+        notes.append(f"{', '.join(measured)}: the quick tier was run on its own beside the full battery"
+                     f"{f' ({runs})' if runs else ''}, since a crash, timeout or kill in a full-battery row does not "
+                     f"say which gates a shorter run would pass. A member counts as let through when the quick "
+                     f"tier's own row passes it (graded, no quick gate failing) and the full battery's row does "
+                     f"not (a failing gate, or a containment status: crash, timeout, compile or load failure); "
+                     f"read from the full battery's rows alone, the count would be {derived}. The other rows are "
+                     f"derived from the full battery's rows (their quick gates' statuses).")
+        odd = {c: v["rejected_by_tier_only"] for c, v in measured.items() if v.get("rejected_by_tier_only")}
+        for c, ids in odd.items():
+            notes.append(f"{c}: rejected by the quick tier but passed by the full battery (a run that behaved "
+                         f"differently the second time): {', '.join(ids)}.")
     render_table(recs, [("corpus", "rows (strict)"), ("kernels", "kernels"), ("rejected", "full battery rejects"),
                         ("through", "quick tier alone passes"),
                         ("rate", "let through", lambda v: "–" if v is None else f"{v:.0%}"),
