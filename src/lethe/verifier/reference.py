@@ -810,7 +810,8 @@ class _StoreRoundingRun(TorchDispatchMode):
 def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> None:
     """acc[key] = max(acc[key], |new - base|) elementwise; a non-finite difference counts as 0 (a floor must
     never come from an overflow of the perturbed problem)."""
-    d = np.abs(to_np(new).astype(np.float64) - np.asarray(base, dtype=np.float64))
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: a non-finite difference, zeroed below
+        d = np.abs(to_np(new).astype(np.float64) - np.asarray(base, dtype=np.float64))
     d = np.asarray(np.where(np.isfinite(d), d, 0.0), dtype=np.float64)  # an ndarray even for a 0-d output
     acc[key] = d if key not in acc else np.asarray(np.maximum(acc[key], d), dtype=np.float64)
 
