@@ -159,3 +159,14 @@ def test_block_chunk_parallel_sides_pass_the_check(op):
     res = bench.check(op, shape, torch.float32, x, impls, oracle=True)
     assert res["pass"], res
     assert all(side.extra_steps(shape) > 0 for name, side in impls.items() if name != "ours_triton")
+
+
+def test_skip_timed_sides_are_checked_not_timed_at_model_shapes(tmp_path):
+    rc, doc = run_driver(tmp_path, "--ops", "C1", "--slow-sides", "none", "--skip-timed", "ours_triton")
+    rows = {r["model_shape"]: r for r in doc["rows"]}
+    model = rows[True]
+    assert "ours_triton" not in model["impls"] and "--skip-timed" in model["not_timed"]["ours_triton"]
+    assert model["check"]["pass"] and model["check"]["pairs"]  # ours_triton still anchors the correctness check
+    assert "ours_triton_chunk_parallel" in model["impls"]
+    if False in rows:  # the records' shapes time every side
+        assert "ours_triton" in rows[False]["impls"]
