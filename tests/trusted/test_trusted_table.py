@@ -71,14 +71,14 @@ def test_failures_list_every_failing_gate_once_with_profiles_ratio_and_class(row
     assert all(k[0] not in ("L1/5_Big", "L1/7_Slow:hand") for k in keys)  # timeouts: coverage, not failures
 
 
-def test_table_rows_rates_and_h200_column(rows):
+def test_table_rows_rates_and_gpu_column(rows):
     tr = {r["gate"]: r for r in T.table_rows(rows, EXPL)}
     assert tr["CMP-02"]["rate_strict"] == "33.3% (1/3)"
     assert tr["ORD-02"]["rate_strict"] == "0.0% (0/4)"
     assert tr["RES-02"]["rate_strict"] == "–"
-    assert all(r["h200"] == T.NOT_RUN_H200 for r in tr.values())
-    h200 = [r for r in rows if r["profile"] == "strict" and r["id"] == "L1/1_Relu"]
-    assert T.table_rows(rows, EXPL, h200)[0]["h200"] == "0.0% (0/1)"
+    assert all(r["gpu"] == T.NOT_RUN_GPU for r in tr.values())
+    gpu = [r for r in rows if r["profile"] == "strict" and r["id"] == "L1/1_Relu"]
+    assert T.table_rows(rows, EXPL, gpu)[0]["gpu"] == "0.0% (0/1)"
     # Kernels: 4 graded; L1/2 fails only a real gate, L1/3 and the hand kernel fail false ones.
     assert tr["any gate (kernels)"]["rate_strict"] == "50.0% (2/4)"
     assert (tr["any gate (kernels)"]["fail"], tr["any gate (kernels)"]["real"]) == (3, 1)
@@ -88,7 +88,7 @@ def test_table_rows_rates_and_h200_column(rows):
 
 def test_devices_key_explains_a_gpu_only_failure_apart_from_the_cpu_one():
     """An entry with ``devices`` matches rows of those devices only: the same (kernel, gate) failing on both
-    columns gets the CUDA entry on the H200 rows and the unrestricted one (or none) on the CPU rows, and the
+    columns gets the CUDA entry on the GPU rows and the unrestricted one (or none) on the CPU rows, and the
     failure list keeps one record per device."""
     ex = [{"kernel": "L2/5_*", "gate": "ORD-02", "class": "real", "cause": "cudnn atomics", "why": "w1",
            "devices": ["cuda"]},
@@ -103,7 +103,7 @@ def test_devices_key_explains_a_gpu_only_failure_apart_from_the_cpu_one():
     assert T.gate_counts(gpu, ex[:1], "strict")["ORD-02"] == {"applicable": 1, "fail": 1, "real": 1, "false": 0}
     assert T.gate_counts(cpu, ex[:1], "strict")["ORD-02"]["false"] == 1
     tr = {r["gate"]: r for r in T.table_rows(cpu, ex[:1], [r for r in gpu if r["profile"] == "strict"])}
-    assert (tr["ORD-02"]["rate_strict"], tr["ORD-02"]["h200"]) == ("100.0% (1/1)", "0.0% (0/1)")
+    assert (tr["ORD-02"]["rate_strict"], tr["ORD-02"]["gpu"]) == ("100.0% (1/1)", "0.0% (0/1)")
 
 
 def test_kernel_and_gate_may_be_lists_of_patterns():
@@ -132,7 +132,7 @@ def test_render_writes_both_tables(rows, tmp_path):
     paths = [tmp_path / n for n in ("t.md", "t.tex", "f.md", "f.tex")]
     T.render(rows, summary, EXPL, *paths)
     md = paths[0].read_text()
-    assert "CMP-02" in md and "33.3% (1/3)" in md and T.NOT_RUN_H200 in md and "a CPU" in md
+    assert "CMP-02" in md and "33.3% (1/3)" in md and T.NOT_RUN_GPU in md and "a CPU" in md
     assert "1 excluded by the size budget (1 by element count)" in md
     assert "1 not graded (the candidate outran the per-kernel time budget)" in md
     assert "4,096 MB for the reference, 2,048 MB for the candidate" in md
@@ -143,10 +143,18 @@ def test_render_writes_both_tables(rows, tmp_path):
     first = [p.read_bytes() for p in paths]
     T.render(rows, summary, EXPL, *paths)
     assert [p.read_bytes() for p in paths] == first
-    # with H200 rows, their failures are listed too, each under its device
-    h200 = [{**r, "device": "cuda"} for r in rows if r["profile"] == "strict"]
-    T.render(rows, summary, EXPL, *paths, h200_rows=h200)
+    # with GPU rows, their failures are listed too, each under its device, and the column has the card's name
+    gpu = [{**r, "device": "cuda"} for r in rows if r["profile"] == "strict"]
+    T.render(rows, summary, EXPL, *paths, gpu_rows=gpu, gpu_label="H100")
     assert "| cuda |" in paths[2].read_text() and "| cpu |" in paths[2].read_text()
+    assert "H100 (strict)" in paths[0].read_text() and "cuda for the H100 column" in paths[2].read_text()
+
+
+def test_gpu_label_is_the_card_model_from_the_provenance():
+    assert T.gpu_label({"gpu": "NVIDIA H100 80GB HBM3"}) == "H100"
+    assert T.gpu_label({"gpu": "NVIDIA H200"}) == "H200"
+    assert T.gpu_label({"gpu": "Some Card"}) == "Some Card"
+    assert T.gpu_label({}) == "GPU"
 
 
 def test_explanations_file_is_well_formed():

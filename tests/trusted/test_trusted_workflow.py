@@ -26,7 +26,7 @@ def test_lint_is_clean():
 
 @pytest.mark.slow
 def test_compute_rule_joins_only_with_compute_trusted_and_writes_the_device_folder():
-    target = "results/trusted/h200/rows.parquet"
+    target = "results/trusted/gpu/rows.parquet"
     on = _smk("-n", "--cores", "1", "--config", "compute=trusted", "device=cuda", "--", target)
     assert on.returncode == 0, on.stderr[-3000:]
     assert "rule trusted:" in on.stdout and "logs/trusted/run_cuda.log" in on.stdout

@@ -1,6 +1,7 @@
 # Render rules of the trusted stage: the false-fail table of the verifier on correct kernels (per gate, CPU and
-# H200) and the list of every failure with its explanation, from the committed results/trusted/ (CPU) and
-# results/trusted/h200/ (when that run is committed) plus data/trusted/explanations.yaml.
+# GPU) and the list of every failure with its explanation, from the committed results/trusted/ (CPU) and
+# results/trusted/gpu/ (when that run is committed; the column is named by the card in its provenance) plus
+# data/trusted/explanations.yaml.
 # Registered only once the committed CPU result exists, so the DAG never needs the compute rule.
 TRUSTED_TABLES = [
     "paper/tables/trusted_false_fail.md",
@@ -10,7 +11,9 @@ TRUSTED_TABLES = [
 ]
 if os.path.exists(os.path.join(workflow.basedir, "results", "trusted", "rows.parquet")):
     RENDER_TARGETS.extend(TRUSTED_TABLES)
-TRUSTED_H200_ROWS = "results/trusted/h200/rows.parquet"
+TRUSTED_GPU_ROWS = "results/trusted/gpu/rows.parquet"
+TRUSTED_GPU_PROVENANCE = "results/trusted/gpu/provenance.json"
+TRUSTED_GPU_SUMMARY = "results/trusted/gpu/summary.json"
 
 
 rule trusted_table:
@@ -20,8 +23,14 @@ rule trusted_table:
         rows="results/trusted/rows.parquet",
         summary="results/trusted/summary.json",
         explanations="data/trusted/explanations.yaml",
-        h200=lambda wc: (
-            [TRUSTED_H200_ROWS] if os.path.exists(os.path.join(workflow.basedir, TRUSTED_H200_ROWS)) else []
+        gpu=lambda wc: (
+            [TRUSTED_GPU_ROWS] if os.path.exists(os.path.join(workflow.basedir, TRUSTED_GPU_ROWS)) else []
+        ),
+        gpu_provenance=lambda wc: (
+            [TRUSTED_GPU_PROVENANCE] if os.path.exists(os.path.join(workflow.basedir, TRUSTED_GPU_ROWS)) else []
+        ),
+        gpu_summary=lambda wc: (
+            [TRUSTED_GPU_SUMMARY] if os.path.exists(os.path.join(workflow.basedir, TRUSTED_GPU_ROWS)) else []
         ),
     output:
         md="paper/tables/trusted_false_fail.md",
@@ -34,8 +43,10 @@ rule trusted_table:
         "../scripts/trusted_render.py"
 
 
-# The fix check: the trusted kernels that fixed verifier defects explained, re-verified at the fixing commit
-# (results/trusted/fix_check/{cpu,h200}/), against the committed corpus rows. Registered once committed.
+# The fix check: the trusted kernels whose failures a verifier fix made after the corpus run should clear,
+# re-verified at the fixing commit (results/trusted/fix_check/cpu/, and gpu/ when run on a GPU), against the
+# committed corpus rows. Registered once a fix check is committed.
+TRUSTED_FIX_GPU_ROWS = "results/trusted/fix_check/gpu/rows.parquet"
 if os.path.exists(os.path.join(workflow.basedir, "results", "trusted", "fix_check", "cpu", "rows.parquet")):
     RENDER_TARGETS.extend(["paper/tables/trusted_fix_check.md", "paper/tables/trusted_fix_check.tex"])
 
@@ -45,9 +56,11 @@ rule trusted_fix_check_table:
         CONDA_ENV
     input:
         cpu_before="results/trusted/rows.parquet",
-        h200_before=TRUSTED_H200_ROWS,
         cpu_after="results/trusted/fix_check/cpu/rows.parquet",
-        h200_after="results/trusted/fix_check/h200/rows.parquet",
+        gpu=lambda wc: (
+            [TRUSTED_GPU_ROWS, TRUSTED_FIX_GPU_ROWS]
+            if os.path.exists(os.path.join(workflow.basedir, TRUSTED_FIX_GPU_ROWS)) else []
+        ),
         prov_before="results/trusted/provenance.json",
         prov_after="results/trusted/fix_check/cpu/provenance.json",
         explanations="data/trusted/explanations.yaml",

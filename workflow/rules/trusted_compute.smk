@@ -3,12 +3,12 @@
 # graded under every configured profile from one candidate run, smallest problems first, resumable from
 # cache/trusted/<device>/checkpoint.jsonl. It is the same command as `python -m lethe.trusted.run` (see that
 # module): run again, it resumes. CPU: --config compute=trusted device=cpu writes results/trusted/; the H200:
-# --config compute=trusted device=cuda writes results/trusted/h200/ (trusted.kb_root must point at a KernelBench
-# checkout there too).
+# --config compute=trusted device=cuda writes results/trusted/gpu/ (trusted.kb_root must point at a KernelBench
+# checkout there too). On a lent device machine, experiments/trusted/device_run.sh runs both columns in one call.
 import glob
 
 TRUSTED_DEVICE = "cuda" if config["device"] == "cuda" else "cpu"
-TRUSTED_OUT = "results/trusted/h200" if TRUSTED_DEVICE == "cuda" else "results/trusted"
+TRUSTED_OUT = "results/trusted/gpu" if TRUSTED_DEVICE == "cuda" else "results/trusted"
 
 
 rule trusted:

@@ -9,10 +9,12 @@ has no ``../shared``: copy the checkout's ``KernelBench/`` into a folder of the 
 (``.kb/``), carry it, and run in calls that each fit the device's per-command limit, with the checkpoint kept
 beside the results so that it travels back and forth with the tree::
 
-    python -m lethe.trusted.run --device cuda --kb-root .kb --out results/trusted/h200 \
-        --checkpoint results/trusted/h200/checkpoint.jsonl --stop-after-s 480
+    python -m lethe.trusted.run --device cuda --kb-root .kb --out results/trusted/gpu \
+        --checkpoint results/trusted/gpu/checkpoint.jsonl --stop-after-s 480
 
-(then copy ``results/trusted/h200`` to ``$OUT``; repeat until ``summary.json`` says nothing is left). Every finished kernel is appended to a checkpoint (``lethe.audit.shard.run_shard``:
+(then copy ``results/trusted/gpu`` to ``$OUT``; repeat until ``summary.json`` says nothing is left; the
+device machine keeps nothing between calls, so the checkpoint must travel back each time:
+``experiments/trusted/device_run.sh`` does both columns that way). Every finished kernel is appended to a checkpoint (``lethe.audit.shard.run_shard``:
 fsynced JSONL, torn lines cut away, stale rows -- other sources, seed or verifier code -- redone), so a killed
 run loses at most the kernel in flight. Kernels run one at a time in corpus order (level, then input size), and
 the run stops starting new kernels once ``--stop-after-s`` seconds have passed or the clock reaches

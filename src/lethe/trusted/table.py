@@ -8,8 +8,8 @@ share it) has ``class`` (``real`` or ``false_fail``), a short ``cause`` and a on
 ``profiles`` and ``devices`` (``cpu``, ``cuda``: the row's ``device``, so a
 failure seen only on the GPU column is explained apart from the CPU one; every profile and device when absent).
 A failure that no entry explains is shown as ``unexplained`` and counted as a false fail until someone explains
-it. The failure list holds both columns (CPU rows and, when given, the H200 rows), one record per (kernel, gate,
-device).
+it. The failure list holds both columns (CPU rows and, when given, the GPU rows), one record per (kernel, gate,
+device). The GPU column is named by the card its provenance records (``gpu_label``).
 
 Per gate and profile: ``applicable`` = gated rows whose gate graded (pass, fail or error; ``na`` is not
 applicable), ``fail`` = fail or error (an ``error`` is the verifier raising: never the kernel's fault), and
@@ -35,8 +35,18 @@ FIRED = ("fail", "error")
 EXPLANATIONS = REPO_ROOT / "data" / "trusted" / "explanations.yaml"
 CLASS_LABEL = {"real": "real property of that code", "false_fail": "verifier false fail (open)",
                "unexplained": "unexplained (counted as a false fail)"}
-NOT_RUN_H200 = "not run: no GPU this session"
+NOT_RUN_GPU = "not run: no GPU this session"
 DEVICES = ("cpu", "cuda")
+
+
+def gpu_label(provenance: Mapping[str, Any]) -> str:
+    """The GPU column's name: the card's model from its provenance ("NVIDIA H100 80GB HBM3" -> "H100"), else
+    the recorded name, else "GPU"."""
+    import re
+
+    name = str(provenance.get("gpu") or "")
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4})\b", name)
+    return m.group(1) if m else (name or "GPU")
 
 
 def load_explanations(path: str | Path = EXPLANATIONS) -> list[dict[str, Any]]:
@@ -66,7 +76,7 @@ def _matches(name: str, patterns: str | Sequence[str]) -> bool:
 def explain(kernel_id: str, gate: str, profile: str, device: str,
             explanations: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """The first entry whose kernel and gate patterns (fnmatch, one or a list), profiles and devices (each: all
-    when absent) match; ``device`` is the row's (``cpu`` for the CPU column, ``cuda`` for the H200's)."""
+    when absent) match; ``device`` is the row's (``cpu`` for the CPU column, ``cuda`` for the GPU's)."""
     for e in explanations:
         if not _matches(gate, e["gate"]) or not _matches(kernel_id, e["kernel"]):
             continue
@@ -204,25 +214,25 @@ def _rate(c: Mapping[str, int]) -> str:
 
 
 def table_rows(rows: Sequence[Mapping[str, Any]], explanations: Sequence[Mapping[str, Any]],
-               h200_rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
+               gpu_rows: Sequence[Mapping[str, Any]] | None = None) -> list[dict[str, Any]]:
     """One row per gate: the CPU counts under strict, the false-fail rate under every profile, and the
-    H200's strict rate (or why it is missing)."""
+    GPU column's strict rate (or why it is missing)."""
     per = {p: gate_counts(rows, explanations, p) for p in PROFILES}
-    h200 = gate_counts(h200_rows, explanations, "strict") if h200_rows else None
+    gpu = gate_counts(gpu_rows, explanations, "strict") if gpu_rows else None
     out = []
     for g in GATES:
         s = per["strict"][g]
         out.append({"gate": g, "applicable": s["applicable"], "fail": s["fail"], "real": s["real"],
                     "false": s["false"], "rate_strict": _rate(s), "rate_cuda": _rate(per["cuda-default"][g]),
                     "rate_fast": _rate(per["fast-math"][g]),
-                    "h200": _rate(h200[g]) if h200 is not None else NOT_RUN_H200})
+                    "gpu": _rate(gpu[g]) if gpu is not None else NOT_RUN_GPU})
     for label, kind in (("any gate (kernels)", None), ("any gate (hand-written)", "hand")):
         k = {p: kernel_counts(rows, explanations, p, kind) for p in PROFILES}
-        hk = kernel_counts(h200_rows, explanations, "strict", kind) if h200_rows else None
+        hk = kernel_counts(gpu_rows, explanations, "strict", kind) if gpu_rows else None
         s = k["strict"]
         out.append({"gate": label, "applicable": s["applicable"], "fail": s["fail"], "real": s["real"],
                     "false": s["false"], "rate_strict": _rate(s), "rate_cuda": _rate(k["cuda-default"]),
-                    "rate_fast": _rate(k["fast-math"]), "h200": _rate(hk) if hk is not None else NOT_RUN_H200})
+                    "rate_fast": _rate(k["fast-math"]), "gpu": _rate(hk) if hk is not None else NOT_RUN_GPU})
     return out
 
 
@@ -261,8 +271,10 @@ def coverage_note(summary: Mapping[str, Any]) -> str:
 
 def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explanations: Sequence[Mapping[str, Any]],
            md: str | Path, tex: str | Path, failures_md: str | Path, failures_tex: str | Path,
-           h200_rows: Sequence[Mapping[str, Any]] | None = None) -> None:
-    """Write the per-gate false-fail table and the failure list (Markdown + LaTeX each)."""
+           gpu_rows: Sequence[Mapping[str, Any]] | None = None, gpu_label: str = "GPU",
+           gpu_machine: str | None = None) -> None:
+    """Write the per-gate false-fail table and the failure list (Markdown + LaTeX each); ``gpu_label`` names the
+    card of the GPU column (from its provenance), ``gpu_machine`` its summary's machine line."""
     run = summary.get("run", {})
     budget = summary.get("budget", {})
     notes = [coverage_note(summary),
@@ -276,13 +288,15 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
              "every other failure, unexplained ones included. The any-gate rows count kernels: a kernel is a false "
              "fail when some failing gate is not explained as a real property of its code.",
              f"CPU: {summary.get('machine', 'this machine')}, profiles graded from one candidate run each."]
-    render_table(table_rows(rows, explanations, h200_rows),
+    if gpu_rows and gpu_machine:
+        notes.append(f"{gpu_label}: {gpu_machine}; CUDA candidates with the float64 reference on the GPU.")
+    render_table(table_rows(rows, explanations, gpu_rows),
                  [("gate", "gate"), ("applicable", "CPU applicable"), ("fail", "CPU fail"), ("real", "real"),
                   ("false", "false fail"), ("rate_strict", "CPU false-fail rate (strict)"),
-                  ("rate_cuda", "cuda-default"), ("rate_fast", "fast-math"), ("h200", "H200 (strict)")],
+                  ("rate_cuda", "cuda-default"), ("rate_fast", "fast-math"), ("gpu", f"{gpu_label} (strict)")],
                  "False fails of the verifier on the trusted corpus (correct kernels), per gate",
                  "tab:trusted-false-fail", md, tex, notes=notes)
-    fails = failures(list(rows) + list(h200_rows or []), explanations)
+    fails = failures(list(rows) + list(gpu_rows or []), explanations)
     recs = [{"kernel": f["kernel"], "gate": f["gate"], "device": f["device"], "profiles": f["profiles"],
              "ratio": f["ratio"], "probes": f["probes"] or f["status"],
              "class": CLASS_LABEL[f["class"]], "why": f["why"] or f["detail"]} for f in fails]
@@ -291,7 +305,7 @@ def render(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any], explan
                         ("why", "explanation")],
                  "Every failure of a trusted kernel, with its explanation", "tab:trusted-failures",
                  failures_md, failures_tex,
-                 notes=["device: cpu for the CPU column, cuda for the H200 column (each column's failures are "
+                 notes=[f"device: cpu for the CPU column, cuda for the {gpu_label} column (each column's failures are "
                         "listed and explained apart); max err/tol: the largest ratio of error to tolerance in the "
                         "gate's evidence (– for byte or resource comparisons); row: the kernel never reached "
                         "grading."])
