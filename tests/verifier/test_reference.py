@@ -488,15 +488,18 @@ def test_cancel_rows_get_the_layer_model_which_covers_fp32_and_not_fp16_totals()
 
 
 def test_the_optional_floor_is_measured_only_within_its_share_of_the_budget():
+    """The share is counted at the plan's estimates (lethe.plan/7; tests/verifier/test_floor_admission.py shows it
+    does not read the clock): within it the floor is measured, past it refused with a reason naming the budget."""
     from lethe.verifier.reference import FLOOR_TIME_SHARE, _Budget, measures_optional_floor
 
-    assert _Budget({"timeout_s": 100}).floor_refusal(1.0, 0, 4) == ""
+    zeros = P.Probe("zeros", "zeros", ("CMP-01",), extra={"est_s": 1.0, "est_mb": 0.0})
+    assert _Budget({"timeout_s": 100}).floor_refusal(zeros, 4, 0, 0) == ""
     late = _Budget({"timeout_s": 100})
-    late.start -= FLOOR_TIME_SHARE * 100 - 0.5
-    why = late.floor_refusal(1.0, 0, 6)
+    late.est_used = FLOOR_TIME_SHARE * 100 - 0.5
+    why = late.floor_refusal(zeros, 6, 0, 0)
     assert why.startswith("not measured") and "100 s budget" in why and "its 6 draws" in why
-    assert "MB budget" in _Budget({"memory_mb": 1}).floor_refusal(0.0, 0, 4)  # this process holds more than 0.6 MB
-    assert _Budget(None).floor_refusal(1e9, 1 << 40, 4) == ""  # no budget: always measured
+    assert "MB budget" in _Budget({"memory_mb": 1}).floor_refusal(zeros, 4, 0, 1 << 20)  # 1 MB held > 0.6 MB
+    assert _Budget(None).floor_refusal(zeros, 4, 1 << 40, 1 << 40) == ""  # no budget: always measured
     # CMP-01's floor is part of its bound; every other value probe's is optional; shape variants measure none
     rand0 = P.Probe("rand0", "rand", ("CMP-01", "CMP-03", "PRC-01", "RES-01"))
     acc = P.Probe("acc_fp16", "ones", ("PRC-02",), dtype="float16")

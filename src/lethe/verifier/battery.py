@@ -12,7 +12,7 @@ GATE_IDS = ("CMP-01", "CMP-02", "CMP-03", "ORD-01", "ORD-02", "ORD-03",
             "PRC-01", "PRC-02", "EXC-01", "EXC-02", "RES-01", "RES-02")
 # /2: the ORD-03 "offset" probe; /3: shape and long variants at every size under a per-problem cost budget
 # (Budget), a smaller variant per knob, skipped variants kept in the plan with their reason
-PLAN_VERSION = "lethe.plan/6"  # /6: storage-model spreads on PRC-02's half-precision rows, the backward's spreads over GRAD_COND_PAIRS pairs with every leaf's input gradient moved too; /5: spreads on every value probe but the shape variants (the floor under every value gate); /4: cond/gcond spreads (conditioning floor of CMP-01/02); /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
+PLAN_VERSION = "lethe.plan/7"  # /7: optional floors admitted by the plan's estimates (extra est_s/est_mb, deterministic), not by the clock or the process's memory; /6: storage-model spreads on PRC-02's half-precision rows, the backward's spreads over GRAD_COND_PAIRS pairs with every leaf's input gradient moved too; /5: spreads on every value probe but the shape variants (the floor under every value gate); /4: cond/gcond spreads (conditioning floor of CMP-01/02); /3: shape variants at every size within a traced budget; accb_* rows; cancel B = 2^14
 REF_RESULT_MB = 8192  # the reference process's result file cap (RLIMIT_FSIZE), which Budget.result_mb plans within
 # The candidate's result file holds its outputs (and gradients) for the same probes the reference planned, each
 # element at most 8 bytes where the reference's are float64, so it is never larger than the reference's: the same

@@ -46,6 +46,7 @@ INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, to
 # ORD-03 "offset" probe (see offset_values / offset_condition): rows M + u, u uniform in [-1, 1).
 OFFSET = 2.0**12  # M: (M/std(u))^2 * eps32 = 6 >> 1, so E[x^2] - E[x]^2 in fp32 is all rounding; M^2 << FMAX
 OFFSET_DRAWS = 4  # eps-relative perturbations the reference is re-run on to measure its own sensitivity
+FD_POSITIONS = 4  # input positions of the backward probe's central-difference check of the float64 gradient
 # Shift invariance: |f(M + u) - f(u)| <= OFFSET_INVARIANCE_RTOL * (RMS of f(u)) in float64. Far above float64's
 # rounding at this condition (~eps64 * M/std ~ 1e-12) and far below any real dependence on the offset.
 OFFSET_INVARIANCE_RTOL = 1e-6
@@ -572,10 +573,11 @@ class _Pool:
 
 
 def _refusal(coster: _Coster, knob: tuple[str, int], nv: int, pool: _Pool, held: _Pool, forwards: int,
-             probes: int, base_largest: int, interpret: bool, budget: Budget) -> str:
+             probes: int, base_largest: int, interpret: bool, budget: Budget,
+             costs: dict | None = None) -> str:
     """Why the variant setting ``knob`` (name, value) to ``nv`` is not run (its Probe.skip), or "" when it fits
     and is charged to ``pool`` (its ``forwards`` reference forwards) and ``held`` (the arrays of its
-    ``probes`` probes)."""
+    ``probes`` probes); an admitted variant's estimated seconds and peak MB per forward go to ``costs[(name, nv)]``."""
     name, v = knob
     try:
         xs = coster.inputs(((name, nv),))
@@ -612,6 +614,8 @@ def _refusal(coster: _Coster, knob: tuple[str, int], nv: int, pool: _Pool, held:
                 f"{budget.held_mb:g} MB)")[:400]
     pool.spent += need
     held.spent += ship
+    if costs is not None:
+        costs[(name, nv)] = (c.seconds, c.mb)
     return ""
 
 
@@ -663,6 +667,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
     coster = _Coster(ns, seed, base, budget)
     P = _admit_base(P, coster, budget)
     base_s = coster.base.seconds if coster.base is not None else 0.0
+    est: dict[tuple[str, int], tuple[float, float]] = {}
 
     def pool() -> _Pool:
         return _Pool(max(budget.floor_s, budget.base_mult * base_s))
@@ -683,7 +688,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
             nv = tiers[name].get(tier)
             if nv is None or n_shape >= MAX_SHAPE_VARIANTS:
                 continue
-            why = _refusal(coster, (name, v), nv, shape_pool, held, 1, 1, base_largest, interpret, budget)
+            why = _refusal(coster, (name, v), nv, shape_pool, held, 1, 1, base_largest, interpret, budget, est)
             shape_skip[(tier, name)] = why
             n_shape += not why
     for tier in ("below", "above", "half"):
@@ -718,12 +723,39 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
                     + COND_DRAWS * sum(measures_floor(p) for p in group)
                     + STORE_DRAWS * sum(stores_in_dtype(p) for p in group))
         why = _refusal(coster, (name, v), LONG_LEN, long_pool, held, forwards, len(group), base_largest,
-                       interpret, budget)
+                       interpret, budget, est)
         if why:
             P[first:] = [replace(p, skip=why) for p in group]
             continue
         n_long += 1
-    return P
+    if coster.base is None:
+        return P
+    at_base = (base_s, coster.base.mb)
+    return [p if p.skip else _with_estimate(p, *(est.get(p.patch[0], at_base) if p.patch else at_base))
+            for p in P]
+
+
+def _with_estimate(probe: Probe, seconds: float, mb: float) -> Probe:
+    """``probe`` carrying the plan's estimate of one float64 forward at its shape (``extra["est_s"]``, seconds
+    at the fixed rates of :class:`Budget`; ``extra["est_mb"]``, its peak): what the reference charges its optional
+    floors against (:func:`forwards_run`, ``reference._Budget.floor_refusal``), so that whether a floor is
+    measured depends on the plan alone, never on how fast or how loaded the machine is."""
+    return replace(probe, extra={**probe.extra, "est_s": round(float(seconds), 6), "est_mb": round(float(mb), 3)})
+
+
+def forwards_run(probe: Probe) -> int:
+    """About how many float64 forwards of the reference running ``probe`` costs without its optional floor
+    (counted in forwards of the probe's own shape, a backward as two): one; the backward probe's backward and
+    its finite-difference check (two forwards at each of FD_POSITIONS positions); ORD-03's cancellation rows'
+    run on |x|; the offset probe's sensitivity draws and invariance check."""
+    n = 1
+    if probe.action == "backward":
+        n += 2 + 2 * FD_POSITIONS
+    if probe.kind == "cancel":
+        n += 1
+    if probe.kind == "offset":
+        n += 2 * OFFSET_DRAWS
+    return n
 
 
 def make_inputs(ns: dict, probe: Probe, seed: int) -> list[Any]:

@@ -38,7 +38,6 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 import tokenize
 import traceback
 import types
@@ -80,29 +79,41 @@ class _Budget:
         self.memory_mb = budget.get("memory_mb")
         self.timeout_s = budget.get("timeout_s")
         self.phase = "starting"
-        self.start = time.monotonic()
+        self.est_used = 0.0  # estimated seconds of the forwards run so far (charge), at the plan's fixed rates
 
-    def floor_refusal(self, seconds: float, nbytes: int, draws: int) -> str:
-        """Why an optional conditioning floor (:func:`measures_optional_floor`) whose ``draws`` re-runs would take
-        about ``seconds`` more and hold ``nbytes`` more must not be measured, or "" when it fits: it may use the first
+    def floor_refusal(self, probe: P.Probe, draws: int, nbytes: int, held_bytes: int) -> str:
+        """Why an optional conditioning floor (:func:`measures_optional_floor`) of ``probe``, ``draws`` more runs
+        whose spread holds ``nbytes``, must not be measured, or "" when it fits: the floors may take the first
         FLOOR_TIME_SHARE of the time budget and FLOOR_MEMORY_SHARE of the memory budget, so that the probes
-        still to run, which every gate needs, are never the ones that run out."""
-        if self.timeout_s:
-            used = time.monotonic() - self.start
-            if used + seconds > FLOOR_TIME_SHARE * self.timeout_s:
-                return (f"not measured: {used:.0f} s used + ~{seconds:.0f} s for its {draws} draws would "
-                        f"pass {FLOOR_TIME_SHARE:g} x the reference's {self.timeout_s:g} s budget")
-        if self.memory_mb:
-            try:
-                import psutil
+        still to run, which every gate needs, are never the ones that run out.
 
-                rss = psutil.Process().memory_info().rss
-            except Exception:  # noqa: BLE001 - without a reading the time rule alone decides
-                return ""
-            if rss + nbytes > FLOOR_MEMORY_SHARE * self.memory_mb * 2**20:
-                return (f"not measured: {rss / 2**20:.0f} MB held + {nbytes / 2**20:.0f} MB for its spread "
-                        f"would pass {FLOOR_MEMORY_SHARE:g} x the reference's {self.memory_mb} MB budget")
+        Both sides are counted from the plan, never read from the clock or the process's memory: time as the
+        plan's estimate of one forward at the probe's shape (``extra["est_s"]``, fixed rates) times the forwards
+        the reference has run so far (:meth:`charge`) and the draws; memory as the arrays the reference holds
+        (``held_bytes``), the spread and the estimated peak of one forward (``extra["est_mb"]``). So whether a
+        floor is measured, and with it a verdict, is the same on every machine and under any load (a reference
+        that really runs out of time is stopped by the hard budget and excluded, never graded without its floor).
+        A probe without an estimate (a reference the plan could not trace) measures its floor."""
+        est = probe.extra.get("est_s")
+        if self.timeout_s and est is not None:
+            need = draws * est * (3 if probe.action == "backward" else 1)
+            if self.est_used + need > FLOOR_TIME_SHARE * self.timeout_s:
+                return (f"not measured: an estimated {self.est_used:.3g} s of reference work so far + {need:.3g} s "
+                        f"for its {draws} draws would pass {FLOOR_TIME_SHARE:g} x the reference's "
+                        f"{self.timeout_s:g} s budget (the plan's estimates)")
+        if self.memory_mb:
+            peak = int(probe.extra.get("est_mb", 0.0) * 2**20)
+            if held_bytes + nbytes + peak > FLOOR_MEMORY_SHARE * self.memory_mb * 2**20:
+                return (f"not measured: {held_bytes / 2**20:.0f} MB of arrays held + {nbytes / 2**20:.0f} MB for its "
+                        f"spread + {peak / 2**20:.0f} MB for a forward would pass {FLOOR_MEMORY_SHARE:g} x the "
+                        f"reference's {self.memory_mb} MB budget")
         return ""
+
+    def charge(self, probe: P.Probe, floor_draws: int) -> None:
+        """Count ``probe``'s forwards (:func:`probes.forwards_run`) and its floor's draws at the plan's estimate."""
+        est = probe.extra.get("est_s")
+        if est is not None and not probe.skip:
+            self.est_used += est * (P.forwards_run(probe) + floor_draws * (3 if probe.action == "backward" else 1))
 
     def enter(self, phase: str) -> None:
         self.phase = phase
@@ -294,7 +305,7 @@ def _fd_check(ref: Float64Reference, x64: list, ups: list[torch.Tensor], gin0: t
     n = base.numel()
     if n == 0:
         return {"checked": 0, "ok": True, "max_err": 0.0}
-    pos = torch.randperm(n, generator=gen)[:4].tolist()
+    pos = torch.randperm(n, generator=gen)[:P.FD_POSITIONS].tolist()
     scale = float(gin0.abs().max()) if gin0.numel() else 0.0
     worst, ok = 0.0, True
     for p in pos:
@@ -483,6 +494,7 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
             if on_cpu["status"] == "ok":
                 return _fault("cuda", f"probe {probe.id} fails on CUDA but runs on the CPU: {meta['reason']}"[:800]), {}
             meta = on_cpu
+        budget.charge(probe, int((meta.get("cond") or {}).get("draws", 0) or 0))
         metas.append(meta)
         if probe.id != "rand0":
             continue
@@ -890,7 +902,6 @@ RAISED = "reference raised: "
 def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
                budget: _Budget | None = None, device: str = "cpu", shape_floor: bool = False) -> dict:
     budget = budget or _Budget(None)
-    probe_start = time.monotonic()
     pid = probe.id
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
                             "dtype": probe.dtype, "patch": [list(p) for p in probe.patch], "status": "ok",
@@ -1046,7 +1057,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
         # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
         draws = P.COND_DRAWS + P.extra_draws(probe)
         nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
-        refusal = budget.floor_refusal(draws * (time.monotonic() - probe_start), nbytes, draws)
+        refusal = budget.floor_refusal(probe, draws, nbytes, sum(int(a.nbytes) for a in arrays.values()))
         if not refusal and shape_variant_floor and nbytes > SHAPE_FLOOR_MAX_MB * 2**20:
             refusal = (f"not measured: the shape variant's {nbytes / 2**20:.0f} MB floor would pass "
                        f"{SHAPE_FLOOR_MAX_MB:g} MB")
