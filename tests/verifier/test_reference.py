@@ -689,3 +689,75 @@ def _zero_bias_gradient_case(seed: int) -> None:
     assert (err <= t).all()
     wrong = up.sum(0)  # the bias gradient without the norm's backward
     assert ((wrong - ref).abs().numpy() > t).all()
+
+
+class _StraightReLU(torch.autograd.Function):
+    """relu whose backward forgets the mask (a wrong custom backward)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp_min(0)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _StraightReLUModule(torch.nn.Module):
+    def forward(self, x):
+        return _StraightReLU.apply(x)
+
+
+def _inplace_relu_net(inplace: bool = True, first: torch.nn.Module | None = None) -> torch.nn.Sequential:
+    """conv -> relu(inplace) -> max pool, three conv -> relu(inplace), a max pool, a 1x1 classifier -> relu -> avg
+    pool: KernelBench L3/18_SqueezeNet's pattern, small."""
+    layers = [torch.nn.Conv2d(3, 16, 3, padding=1), first or torch.nn.ReLU(inplace=inplace),
+              torch.nn.MaxPool2d(3, 2, ceil_mode=True)]
+    for _ in range(3):
+        layers += [torch.nn.Conv2d(16, 16, 3, padding=1), torch.nn.ReLU(inplace=inplace)]
+    layers += [torch.nn.MaxPool2d(3, 2, ceil_mode=True), torch.nn.Conv2d(16, 10, 1), torch.nn.ReLU(inplace=inplace),
+               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()]
+    return torch.nn.Sequential(*layers)
+
+
+def test_backward_spread_is_measured_through_inplace_relu_and_covers_fp32_autograd():
+    """(KernelBench L3/18_SqueezeNet, passing CMP-02 before 4de0a18 and failing after at err/tol 1339.) The backward
+    draws move each leaf's input gradient with a gradient hook on the leaf's input tensors: a full backward hook
+    made every nn.ReLU(inplace=True) raise, the spread was not measured and CMP-02 graded by grad_tol alone. Here
+    the input is tiny against the biases (as deep in SqueezeNet, whose activations are bias-dominated), so fp32
+    rounding decides max-pool near-ties and relu kinks: fp32 autograd's input gradient fails grad_tol by ~1e4
+    and passes the floor; the in-place network's spread equals the out-of-place one's; a relu backward without
+    its mask stays outside. (Seeds fixed: a near-tie that fp32 flips and no draw flips still fails, D8.)"""
+    for seed in range(6):
+        torch.manual_seed(seed)
+        model = _inplace_relu_net()
+        x = torch.rand(1, 3, 32, 32) * 1e-5
+        up = torch.randn(1, 10, dtype=torch.float64)
+        spreads = {}
+        for inplace in (True, False):
+            m64 = _inplace_relu_net(inplace).double()
+            m64.load_state_dict(model.state_dict())
+            state = {k: v.clone() for k, v in m64.state_dict().items()}
+            x64 = x.double().requires_grad_(True)
+            m64(x64).backward(up)
+            ref = x64.grad.clone().numpy()
+            arrays = {"p/g/gin0": ref.copy()}
+            m64.zero_grad(set_to_none=True)
+            meta = conditioning_spread(m64, state, [x64.detach()],
+                                       P.Probe("g", "rand", ("CMP-02",), action="backward"), seed, arrays, ups=[up])
+            assert meta["draws"] == P.GRAD_COND_DRAWS
+            spreads[inplace] = arrays["p/g/gcond0"]
+        assert (spreads[True] == spreads[False]).all()  # the in-place leaf's input gradient, as out of place
+        n = _T.reduction_length([tuple(x.shape), (1, 10)], [ref.shape])
+        gt = _T.grad_tol(ref, "float32", n)
+        t = _T.with_cond_floor(gt, spreads[True], n)
+        x32 = x.clone().requires_grad_(True)
+        model(x32).backward(up.float())
+        err = abs(x32.grad.double().numpy() - ref)
+        assert (err > gt).any()  # the false fail
+        assert (err <= t).all()
+        wrong = _inplace_relu_net(first=_StraightReLUModule())
+        wrong.load_state_dict(model.state_dict())
+        x32 = x.clone().requires_grad_(True)
+        wrong(x32).backward(up.float())
+        assert (abs(x32.grad.double().numpy() - ref) > t).any()

@@ -512,9 +512,9 @@ def cmp_02(b: Bundle) -> GateResult:
                 checks[f"param:{name}"] = s
                 if not s["ok"]:
                     bad.append(f"param:{name}")
-        per[pid] = {"status": "fail" if bad else "pass", "checks": checks, "fd": fd,
-                    "params_checked": bool(b.cand.get("weights_copied")),
-                    "reason": f"gradient of {bad[0]} out of contract" if bad else ""}
+        per[pid] = _with_floor_note({"status": "fail" if bad else "pass", "checks": checks, "fd": fd,
+                                     "params_checked": bool(b.cand.get("weights_copied")),
+                                     "reason": f"gradient of {bad[0]} out of contract" if bad else ""}, m)
     return _fold("CMP-02", per, b, "no gradient probe was gradable")
 
 

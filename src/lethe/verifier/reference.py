@@ -625,6 +625,7 @@ class _PerturbedRun:
 
     def __init__(self, model64, u: float, gen: torch.Generator, sign: float = 1.0):
         self.model, self.u, self.gen = model64, sign * u, gen
+        self._grad_hooks: list = []
 
     def _perturb(self, t):
         if isinstance(t, torch.Tensor) and t.is_floating_point():
@@ -632,6 +633,33 @@ class _PerturbedRun:
         if isinstance(t, (tuple, list)):
             return type(t)(self._perturb(x) for x in t)
         return t
+
+    def _perturb_input_grads(self, mod, args):
+        """Forward pre-hook of a leaf in a backward draw: a gradient hook on each of its floating inputs that
+        requires grad, so that the gradient with respect to that input is multiplied by (1 + u * d) when the
+        backward computes it.
+
+        Why a hook on the input tensors and not ``register_full_backward_hook``: a full backward hook routes the
+        module's inputs through an identity autograd Function, and a leaf that modifies its input in place
+        (``nn.ReLU(inplace=True)``, in most KernelBench CNNs: L3/18_SqueezeNet, L3/9_ResNet18, VGG, DenseNet, ...)
+        then raises ("Output 0 of BackwardHookFunction is a view and is being modified inplace"). The draw failed,
+        the spread was not measured, and CMP-02 graded by grad_tol alone: an fp32 network of 26 layers failed on
+        its honest rounding (err/tol ~1300 on SqueezeNet's input gradient, 0.15 with the floor). A tensor hook
+        registered before an in-place update receives the gradient with respect to the value before it (autograd
+        mechanics, "hooks ... when Tensor is modified in-place"), which is the leaf's input gradient. A tensor fed
+        to several leaves is moved once per consumer (each hook sees the summed gradient), as each consumer's
+        stored contribution was moved before."""
+        for t in args:
+            if isinstance(t, torch.Tensor) and t.is_floating_point() and t.requires_grad:
+                self._grad_hooks.append(t.register_hook(self._perturb))
+        return None
+
+    def remove_grad_hooks(self) -> None:
+        """Remove the gradient hooks of :meth:`_perturb_input_grads` (after the draw's backward): a tensor that
+        outlives the draw (a tensor the model keeps and passes to a leaf) must not keep moving gradients."""
+        for h in self._grad_hooks:
+            h.remove()
+        self._grad_hooks.clear()
 
     def __call__(self, ref: Float64Reference, x64: list):
         with torch.no_grad():
@@ -642,7 +670,7 @@ class _PerturbedRun:
         hooks = [m.register_forward_hook(lambda mod, inp, out: self._perturb(out)) for m in leaves]
         if torch.is_grad_enabled():
             # the backward stores each leaf's input gradient too (what a bias gradient sums, for one)
-            hooks += [m.register_full_backward_hook(lambda mod, gin, gout: self._perturb(gin)) for m in leaves]
+            hooks += [m.register_forward_pre_hook(self._perturb_input_grads) for m in leaves]
         try:
             return ref(*[self._perturb(x) for x in x64])
         finally:
@@ -874,11 +902,14 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
                 continue
             xs = [x.detach().clone().requires_grad_(True) if isinstance(x, torch.Tensor) and x.is_floating_point()
                   else x for x in x64]
-            fouts = [o for o in flatten(run(ref, xs)) if o.is_floating_point() and o.requires_grad]
-            if len(fouts) != len(ups) or any(o.shape != g.shape for o, g in zip(fouts, ups, strict=False)):
-                return {"draws": 0, "u": u, "reason": "perturbed outputs differ in number or shape"}
-            model64.zero_grad(set_to_none=True)
-            torch.autograd.backward(fouts, ups)
+            try:
+                fouts = [o for o in flatten(run(ref, xs)) if o.is_floating_point() and o.requires_grad]
+                if len(fouts) != len(ups) or any(o.shape != g.shape for o, g in zip(fouts, ups, strict=False)):
+                    return {"draws": 0, "u": u, "reason": "perturbed outputs differ in number or shape"}
+                model64.zero_grad(set_to_none=True)
+                torch.autograd.backward(fouts, ups)
+            finally:
+                run.remove_grad_hooks()
             for j, x in enumerate(xs):
                 base = arrays.get(f"p/{pid}/gin{j}")
                 if base is not None and isinstance(x, torch.Tensor) and x.grad is not None:
