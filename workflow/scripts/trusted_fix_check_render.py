@@ -11,6 +11,7 @@ smk = snakemake  # noqa: F821 - injected by Snakemake
 cols = [("CPU", read_rows(smk.input.cpu_before), read_rows(smk.input.cpu_after))]
 if smk.input.gpu:
     cols.append(("GPU", read_rows(smk.input.gpu[0]), read_rows(smk.input.gpu[1])))
+after = json.loads(Path(smk.input.prov_after).read_text())
 commits = {"before": json.loads(Path(smk.input.prov_before).read_text()).get("git_sha", "?"),
-           "after": json.loads(Path(smk.input.prov_after).read_text()).get("git_sha", "?")}
+           "after": after.get("git_sha", "?"), "after_machine": after.get("tree") or after.get("host")}
 render_fix_check(cols, load_explanations(smk.input.explanations), commits, smk.output.md, smk.output.tex)

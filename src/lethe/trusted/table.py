@@ -346,7 +346,8 @@ def fix_check_rows(columns: Sequence[tuple[str, Sequence[Mapping[str, Any]], Seq
 
 
 def render_fix_check(columns, explanations, commits: Mapping[str, str], md: str | Path, tex: str | Path) -> None:
-    """Write the fix-check table (Markdown + LaTeX). ``commits``: {"before": sha, "after": sha}."""
+    """Write the fix-check table (Markdown + LaTeX). ``commits``: {"before": sha, "after": sha} and optionally
+    "after_machine" (where the kernels were re-verified, in words)."""
     recs = fix_check_rows(columns, explanations)
     per = {}
     for r in recs:
@@ -358,8 +359,9 @@ def render_fix_check(columns, explanations, commits: Mapping[str, str], md: str 
                         ("after", "failing gates after"), ("remaining", "what explains what remains")],
                  f"Trusted kernels re-verified after verifier fixes ({head})", "tab:trusted-fix-check", md, tex,
                  notes=[f"before: the committed trusted-corpus rows (verifier commit {commits.get('before', '?')[:7]}); "
-                        f"after: the same kernels re-verified at {commits.get('after', '?')[:7]} on the same kind of "
-                        "host (results/trusted/fix_check/); a gate counts when it failed under any of the three "
+                        f"after: the same kernels re-verified at {commits.get('after', '?')[:7]} "
+                        f"({commits.get('after_machine') or 'results/trusted/fix_check/'}); a gate counts when it "
+                        "failed under any of the three "
                         "profiles. The remaining failures' causes are the entries of data/trusted/explanations.yaml "
                         "(written for the rows before: a cause listed for a failure that remains is still open). "
                         "(budget): the float64 reference exceeded the per-kernel time or memory budget."])
