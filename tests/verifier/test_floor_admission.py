@@ -90,3 +90,23 @@ def test_a_floor_over_the_estimated_budget_is_refused_and_says_why():
         P.Probe("x", "zeros", ("CMP-01",), extra={"est_s": 0.0, "est_mb": 100.0}), 4, 0, 2400 * 2**20)
     # a probe the plan could not estimate measures its floor
     assert budget.floor_refusal(P.Probe("y", "zeros", ("CMP-01",)), 4, 0, 0) == ""
+
+
+def test_a_replay_of_one_gate_measures_the_floors_the_full_run_measured(tmp_path):
+    """A gate filter (lethe replay, lethe repro) runs fewer probes; the ones it leaves out are charged as the full
+    run charged them, so each kept probe's floor is measured or refused exactly as in the full run."""
+    seen = set()
+    for i, timeout in enumerate((1e-3, 3e-2, 1.0)):
+        runs = []
+        for only in ([], ["PRC-02"]):
+            payload = {"ref_src": REF, "seed": 7, "device": "cpu", "only_gates": only,
+                       "budget": {"timeout_s": timeout, "memory_mb": 4096}}
+            work = tmp_path / f"{i}-{len(only)}"
+            work.mkdir()
+            res, _ = R._run_reference(payload, work, R._Budget(payload["budget"]))
+            runs.append({m["id"]: (m.get("cond") or {}).get("draws", 0) for m in res["probes"]
+                         if "PRC-02" in m["gates"]})
+        full, replay = runs
+        assert replay == full, (timeout, full, replay)
+        seen |= {bool(d) for d in full.values()}
+    assert seen == {True, False}  # some PRC-02 floors measured, some refused, over the budgets tried

@@ -115,6 +115,21 @@ class _Budget:
         if est is not None and not probe.skip:
             self.est_used += est * (P.forwards_run(probe) + floor_draws * (3 if probe.action == "backward" else 1))
 
+    def charge_unrun(self, probe: P.Probe, shape_floor: bool) -> None:
+        """Charge a probe that a gate filter (``only_gates``: a replay or repro of one gate) leaves out as a full run
+        would have run it, so that the probes the filter keeps get the floors the full run gave them. Only the time
+        rule is replayed: the memory rule reads the arrays this run holds, fewer than a full run's, so a filtered
+        run may measure a floor that a full run refused for memory (never the other way)."""
+        if probe.skip:
+            return
+        draws = planned_floor_draws(probe, shape_floor)
+        if draws and measures_optional_floor(probe, shape_floor):
+            est = probe.extra.get("est_s")
+            need = (P.COND_DRAWS + P.extra_draws(probe)) * (est or 0.0)  # the refusal test of _run_probe's floor
+            if self.timeout_s and est is not None and self.est_used + need > FLOOR_TIME_SHARE * self.timeout_s:
+                draws = 0
+        self.charge(probe, draws)
+
     def enter(self, phase: str) -> None:
         self.phase = phase
         try:
@@ -136,6 +151,22 @@ class _Budget:
 # it read the floor, and its evidence says why.
 FLOOR_TIME_SHARE = 0.5
 FLOOR_MEMORY_SHARE = 0.6
+
+
+def planned_floor_draws(probe: P.Probe, shape_floor: bool, meta: dict | None = None) -> int:
+    """The conditioning-floor draws the reference charges ``probe`` (_Budget.charge): GRAD_COND_DRAWS for the
+    backward probe, COND_DRAWS for any other that measures a floor (what the spread reports as its draws), 0 when
+    it measures none or (``meta``, a run probe's) the floor was refused or raised. Counted from the plan, so that a
+    filtered run charges the probes it leaves out exactly as a full run charges them."""
+    if probe.action == "backward":
+        n = P.GRAD_COND_DRAWS
+    elif P.measures_floor(probe) or (shape_floor and P.is_shape_variant(probe)):
+        n = P.COND_DRAWS
+    else:
+        return 0
+    if meta is not None and (meta.get("status") != "ok" or not (meta.get("cond") or {}).get("draws")):
+        return 0
+    return n
 
 
 def measures_optional_floor(probe: P.Probe, shape_floor: bool = False) -> bool:
@@ -480,6 +511,7 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
     shape_floor = False  # set from the base probe: whether the CMP-03 shape variants measure their floor
     for probe in plan:
         if only and probe.id != "rand0" and not (set(probe.gates) & only):
+            budget.charge_unrun(probe, shape_floor)
             continue
         meta = _run_probe(ns, model_dev, states, probe, seed, out_arrays, budget, device,
                           shape_floor=shape_floor)
@@ -494,7 +526,7 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
             if on_cpu["status"] == "ok":
                 return _fault("cuda", f"probe {probe.id} fails on CUDA but runs on the CPU: {meta['reason']}"[:800]), {}
             meta = on_cpu
-        budget.charge(probe, int((meta.get("cond") or {}).get("draws", 0) or 0))
+        budget.charge(probe, planned_floor_draws(probe, shape_floor, meta))
         metas.append(meta)
         if probe.id != "rand0":
             continue
