@@ -53,3 +53,17 @@ def test_report_captions_exist_and_say_published(repo):
         rst = repo / "workflow" / "report" / f"{spec.stem}.rst"
         assert rst.is_file(), rst
         assert "published figures (paper" in " ".join(rst.read_text().split())
+
+
+def test_dejavu_is_matplotlibs_own_file_whatever_the_host_has():
+    """The house font resolves to the copy inside matplotlib, not a host's /usr/share/fonts copy, so the PDFs'
+    embedded glyph tables do not depend on the machine or on how matplotlib's font cache was built."""
+    from pathlib import Path
+
+    import matplotlib
+    from matplotlib import font_manager
+
+    from lethe.render import style  # noqa: F401 - importing it pins the font
+
+    found = Path(font_manager.findfont("DejaVu Sans", fallback_to_default=False))
+    assert found.parent == Path(matplotlib.get_data_path(), "fonts", "ttf"), found

@@ -20,6 +20,30 @@ import matplotlib
 matplotlib.use("Agg")  # headless and deterministic; must precede pyplot
 
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import font_manager  # noqa: E402
+
+
+def _pin_bundled_dejavu() -> None:
+    """Make "DejaVu Sans" (and the rest of the DejaVu family) mean the files inside matplotlib.
+
+    matplotlib's font list (cached in ``~/.cache/matplotlib``) keeps a system copy of DejaVu when the host has one,
+    and which copy a lookup finds depends on how that cache was built: with the host's DejaVu the PDFs embed other
+    glyph tables and differ byte for byte (seen on the CI machine class). Dropping every DejaVu entry and
+    registering matplotlib's own files makes the choice independent of the host and of the cache."""
+    ttf = Path(matplotlib.get_data_path(), "fonts", "ttf")
+    bundled = sorted(ttf.glob("DejaVu*.ttf"))
+    if not bundled:
+        return
+    fm = font_manager.fontManager
+    fm.ttflist = [f for f in fm.ttflist if not f.name.startswith("DejaVu")]
+    for path in bundled:
+        fm.addfont(str(path))
+    cached = getattr(font_manager.FontManager, "_findfont_cached", None)
+    if cached is not None and hasattr(cached, "cache_clear"):
+        cached.cache_clear()
+
+
+_pin_bundled_dejavu()
 
 #: Okabe & Ito (2008) colour-blind-safe palette, in their order (black last, for reference lines).
 OKABE_ITO = {
