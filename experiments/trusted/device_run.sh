@@ -6,7 +6,10 @@
 # it returned put back under .carry/trusted/ and carried: it resumes where the last call stopped.
 #
 #   bash experiments/trusted/device_run.sh [WALL_S] [CPU_WORKERS] [GPU_WORKERS]
+#   FRESH=1 bash experiments/trusted/device_run.sh ...   # the first call of a new run (no checkpoints yet)
 #
+# A call that finds no carried checkpoint stops at once unless FRESH=1: the device machine keeps nothing between
+# calls, so a forgotten `carry` would otherwise redo the last call's kernels and spend its device time on them.
 # Needs: KernelBench's pinned copy in .kb/ (git-ignored, carried), the checkpoints in .carry/trusted/ (carried).
 # The call is stopped with SIGTERM before the device's per-command limit: the runner then folds every finished
 # kernel into its checkpoint and writes its results folder as for a run that reached its deadline.
@@ -17,6 +20,10 @@ PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c "import lethe.kernels" 2>/dev/null; then
   ln -sfn ../../kernels src/lethe/kernels
   export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+fi
+if [ "${FRESH:-0}" != 1 ] && ! [ -s .carry/trusted/cpu/checkpoint.jsonl ] && ! [ -s .carry/trusted/cuda/checkpoint.jsonl ]; then
+  echo "no carried checkpoint in .carry/trusted/: carry it, or set FRESH=1 for the first call of a new run" >&2
+  exit 2
 fi
 mkdir -p .carry/trusted/cpu .carry/trusted/cuda "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > .carry/trusted/gpu.txt 2>&1
