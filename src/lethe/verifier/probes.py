@@ -667,7 +667,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
     coster = _Coster(ns, seed, base, budget)
     P = _admit_base(P, coster, budget)
     base_s = coster.base.seconds if coster.base is not None else 0.0
-    est: dict[tuple[str, int], tuple[float, float]] = {}
+    costs: dict[tuple[str, int], tuple[float, float]] = {}
 
     def pool() -> _Pool:
         return _Pool(max(budget.floor_s, budget.base_mult * base_s))
@@ -688,7 +688,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
             nv = tiers[name].get(tier)
             if nv is None or n_shape >= MAX_SHAPE_VARIANTS:
                 continue
-            why = _refusal(coster, (name, v), nv, shape_pool, held, 1, 1, base_largest, interpret, budget, est)
+            why = _refusal(coster, (name, v), nv, shape_pool, held, 1, 1, base_largest, interpret, budget, costs)
             shape_skip[(tier, name)] = why
             n_shape += not why
     for tier in ("below", "above", "half"):
@@ -723,7 +723,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
                     + COND_DRAWS * sum(measures_floor(p) for p in group)
                     + STORE_DRAWS * sum(stores_in_dtype(p) for p in group))
         why = _refusal(coster, (name, v), LONG_LEN, long_pool, held, forwards, len(group), base_largest,
-                       interpret, budget, est)
+                       interpret, budget, costs)
         if why:
             P[first:] = [replace(p, skip=why) for p in group]
             continue
@@ -731,7 +731,7 @@ def build_plan(ns: dict, seed: int, *, interpret: bool = False, budget: Budget |
     if coster.base is None:
         return P
     at_base = (base_s, coster.base.mb)
-    return [p if p.skip else _with_estimate(p, *(est.get(p.patch[0], at_base) if p.patch else at_base))
+    return [p if p.skip else _with_estimate(p, *(costs.get(p.patch[0], at_base) if p.patch else at_base))
             for p in P]
 
 

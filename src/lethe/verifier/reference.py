@@ -94,13 +94,9 @@ class _Budget:
         floor is measured, and with it a verdict, is the same on every machine and under any load (a reference
         that really runs out of time is stopped by the hard budget and excluded, never graded without its floor).
         A probe without an estimate (a reference the plan could not trace) measures its floor."""
-        est = probe.extra.get("est_s")
-        if self.timeout_s and est is not None:
-            need = draws * est * (3 if probe.action == "backward" else 1)
-            if self.est_used + need > FLOOR_TIME_SHARE * self.timeout_s:
-                return (f"not measured: an estimated {self.est_used:.3g} s of reference work so far + {need:.3g} s "
-                        f"for its {draws} draws would pass {FLOOR_TIME_SHARE:g} x the reference's "
-                        f"{self.timeout_s:g} s budget (the plan's estimates)")
+        why = self._time_refusal(probe, draws)
+        if why:
+            return why
         if self.memory_mb:
             peak = int(probe.extra.get("est_mb", 0.0) * 2**20)
             if held_bytes + nbytes + peak > FLOOR_MEMORY_SHARE * self.memory_mb * 2**20:
@@ -109,11 +105,24 @@ class _Budget:
                         f"reference's {self.memory_mb} MB budget")
         return ""
 
+    def _time_refusal(self, probe: P.Probe, draws: int) -> str:
+        """The time side of :meth:`floor_refusal`: the estimated work so far plus ``draws`` more runs of ``probe``
+        against FLOOR_TIME_SHARE of the budget ("" when it fits, or when there is no budget or no estimate)."""
+        est = probe.extra.get("est_s")
+        if not self.timeout_s or est is None:
+            return ""
+        need = draws * est * _draw_forwards(probe)
+        if self.est_used + need <= FLOOR_TIME_SHARE * self.timeout_s:
+            return ""
+        return (f"not measured: an estimated {self.est_used:.3g} s of reference work so far + {need:.3g} s "
+                f"for its {draws} draws would pass {FLOOR_TIME_SHARE:g} x the reference's "
+                f"{self.timeout_s:g} s budget (the plan's estimates)")
+
     def charge(self, probe: P.Probe, floor_draws: int) -> None:
         """Count ``probe``'s forwards (:func:`probes.forwards_run`) and its floor's draws at the plan's estimate."""
         est = probe.extra.get("est_s")
         if est is not None and not probe.skip:
-            self.est_used += est * (P.forwards_run(probe) + floor_draws * (3 if probe.action == "backward" else 1))
+            self.est_used += est * (P.forwards_run(probe) + floor_draws * _draw_forwards(probe))
 
     def charge_unrun(self, probe: P.Probe, shape_floor: bool) -> None:
         """Charge a probe that a gate filter (``only_gates``: a replay or repro of one gate) leaves out as a full run
@@ -123,11 +132,10 @@ class _Budget:
         if probe.skip:
             return
         draws = planned_floor_draws(probe, shape_floor)
-        if draws and measures_optional_floor(probe, shape_floor):
-            est = probe.extra.get("est_s")
-            need = (P.COND_DRAWS + P.extra_draws(probe)) * (est or 0.0)  # the refusal test of _run_probe's floor
-            if self.timeout_s and est is not None and self.est_used + need > FLOOR_TIME_SHARE * self.timeout_s:
-                draws = 0
+        # the test _run_probe makes before measuring an optional floor (its draws include the extra models')
+        if draws and measures_optional_floor(probe, shape_floor) and self._time_refusal(
+                probe, P.COND_DRAWS + P.extra_draws(probe)):
+            draws = 0
         self.charge(probe, draws)
 
     def enter(self, phase: str) -> None:
@@ -151,6 +159,11 @@ class _Budget:
 # it read the floor, and its evidence says why.
 FLOOR_TIME_SHARE = 0.5
 FLOOR_MEMORY_SHARE = 0.6
+
+
+def _draw_forwards(probe: P.Probe) -> int:
+    """Forwards one conditioning draw of ``probe`` costs: a forward and a backward (two) for the backward probe."""
+    return 3 if probe.action == "backward" else 1
 
 
 def planned_floor_draws(probe: P.Probe, shape_floor: bool, meta: dict | None = None) -> int:
@@ -1117,7 +1130,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
     refusal = ""
     shape_variant_floor = shape_floor and P.is_shape_variant(probe)
     if measures_optional_floor(probe, shape_floor):
-        # each draw is one more forward of this probe (its inputs built, its forward run: what it took so far)
+        # each draw is one more forward of this probe, charged at the plan's estimate of its shape
         draws = P.COND_DRAWS + P.extra_draws(probe)
         nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
         refusal = budget.floor_refusal(probe, draws, nbytes, sum(int(a.nbytes) for a in arrays.values()))
