@@ -32,6 +32,7 @@ def _view(rows):
 def fresh(monkeypatch):
     monkeypatch.setattr(api, "_REF_MEMO", {})
     monkeypatch.setattr(api, "_REF_CACHE", {})
+    monkeypatch.setattr(api, "_MERGED", {})
 
 
 @pytest.mark.parametrize("ref,cand", PAIRS)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import platform
 import re
@@ -162,7 +163,7 @@ BUILD_TIMEOUT_S = 900.0
 
 def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = None,
                   timeout_s: float = REF_TIMEOUT_S, memory_mb: int = REF_MEMORY_MB, runner=None,
-                  interpret: bool = False, device: str = "cpu"):
+                  interpret: bool = False, device: str = "cpu", floors_for: dict | None = None):
     """Reference results for (source, seed[, gate filter], device), cached per input set: the plan is a pure
     function of these, so the key is the hash of the source, the seed, the plan version, the filter and the
     device asked for. Only successful runs are cached, so the budget (which decides success, never the results)
@@ -174,14 +175,19 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
 
     Returns (sandbox status, result, arrays, raw sandbox result); when the reference cannot grade anything,
     ``result["error"]`` says why, including which budget tripped and in which phase (:func:`reference_error`).
+
+    ``floors_for`` (probe id -> request, :func:`second_pass_requests`) runs the reference's second pass instead
+    (lethe.verifier.reference.second_pass): only those probes' floors, on ``device`` as given (the first pass's
+    reference device), cached in this process only.
     """
     if device not in ("cpu", "cuda"):
         raise ValueError(f"reference device must be cpu or cuda, got {device!r}")
-    key = _sha(json.dumps([_sha(ref_src), seed, battery.PLAN_VERSION, sorted(only_gates or []), interpret, device]))
+    key = _sha(json.dumps([_sha(ref_src), seed, battery.PLAN_VERSION, sorted(only_gates or []), interpret, device]
+                          + ([floors_for] if floors_for else []), sort_keys=True))
     if key in _REF_CACHE:
         return _REF_CACHE[key]
     disk_key = None
-    if runner is None:
+    if runner is None and not floors_for:
         # Shared across processes (lethe.verifier.refcache): on only where children are OS-isolated.
         from lethe.verifier import refcache
 
@@ -196,9 +202,9 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
             out = ("ok", result, arrays, raw)
             _remember(key, out)
             return out
-    res = _reference_process(ref_src, seed, only_gates, interpret, timeout_s, memory_mb, runner, device)
+    res = _reference_process(ref_src, seed, only_gates, interpret, timeout_s, memory_mb, runner, device, floors_for)
     result = dict(res.result or {})
-    fallback = cuda_fallback_reason(res, result) if device == "cuda" else None
+    fallback = cuda_fallback_reason(res, result) if device == "cuda" and not floors_for else None
     if fallback is not None:
         res = _reference_process(ref_src, seed, only_gates, interpret, timeout_s, memory_mb, runner, "cpu")
         result = dict(res.result or {})
@@ -217,12 +223,13 @@ def run_reference(ref_src: str, seed: int, *, only_gates: list[str] | None = Non
 
 
 def _reference_process(ref_src: str, seed: int, only_gates, interpret: bool, timeout_s: float, memory_mb: int,
-                       runner, device: str):
+                       runner, device: str, floors_for: dict | None = None):
     """One sandboxed run of the float64 reference on ``device`` (a CUDA one gets the GPU the way a candidate
     does: lethe.sandbox.runner, device="cuda"; same isolation otherwise)."""
     return (runner or _sandbox())("lethe.verifier.reference:run_reference",
                                   payload={"ref_src": ref_src, "seed": seed, "only_gates": only_gates or [],
                                            "interpret": interpret, "device": device,
+                                           "floors_for": floors_for or {},
                                            "budget": {"timeout_s": timeout_s, "memory_mb": memory_mb}},
                                   timeout_s=timeout_s, memory_mb=memory_mb, device=device,
                                   max_file_mb=battery.REF_RESULT_MB)
@@ -278,7 +285,8 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
            op_class: str = "", only_gates: list[str] | None = None, sources: dict | None = None,
            constants: T.Constants = T.DEFAULT, runner=None, ref_timeout_s: float = REF_TIMEOUT_S,
            ref_memory_mb: int = REF_MEMORY_MB, build_timeout_s: float = BUILD_TIMEOUT_S,
-           ext_store: str | None = None, reference_device: str = "auto", grade_isolated: bool = False) -> dict:
+           ext_store: str | None = None, reference_device: str = "auto", grade_isolated: bool = False,
+           second_pass_floors: dict | None = None) -> dict:
     """Verify one candidate against one reference; returns a lethe.verdict/1 row (see docs/verifier.md).
 
     ``runner`` replaces ``lethe.sandbox.run_isolated`` (same signature); only tests pass an in-process runner,
@@ -293,7 +301,8 @@ def verify(ref_src: str, cand_src: str, *, profile: str = "strict", device: str 
                            only_gates=only_gates, sources=sources, constants=constants, runner=runner,
                            ref_timeout_s=ref_timeout_s, ref_memory_mb=ref_memory_mb,
                            build_timeout_s=build_timeout_s, ext_store=ext_store,
-                           reference_device=reference_device, grade_isolated=grade_isolated)[0]
+                           reference_device=reference_device, grade_isolated=grade_isolated,
+                           second_pass_floors=second_pass_floors)[0]
 
 
 def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device: str = "auto", seed: int = 0,
@@ -303,7 +312,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                     aot_targets: tuple[str, ...] = AOT_TARGETS, timings: dict | None = None,
                     ref_timeout_s: float = REF_TIMEOUT_S, ref_memory_mb: int = REF_MEMORY_MB,
                     build_timeout_s: float = BUILD_TIMEOUT_S, ext_store: str | None = None,
-                    reference_device: str = "auto", grade_isolated: bool = False) -> list[dict]:
+                    reference_device: str = "auto", grade_isolated: bool = False,
+                    second_pass_floors: dict | None = None) -> list[dict]:
     """One row per contract profile from a single reference run and a single candidate run.
 
     The probe plan does not depend on the profile (profiles change how outputs are graded, never which inputs
@@ -316,6 +326,11 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
 
     ``grade_isolated``: grade in a sandboxed process (:func:`grade`) rather than in this one, which then never
     imports torch; for a process that verifies once (the ``lethe verify`` command), not for a long-lived one.
+
+    When a probe fails whose floor the reference refused or whose failure is marginal, the reference's second pass
+    measures that probe's floors and every profile is graded again (:func:`second_pass_requests`); a replay passes
+    the requests its row recorded as ``second_pass_floors`` (:func:`recorded_requests`), so it grades with the
+    floors the row was graded with.
     """
     t0 = time.perf_counter()
     phase = timings if timings is not None else {}
@@ -431,6 +446,24 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     graded = grade(rres, rarr, cand, cres.arrays or {}, profs, seed=int(seed), device=dev, constants=constants,
                    only_gates=only_gates, isolated=grade_isolated, runner=runner, timeout_s=ref_timeout_s,
                    memory_mb=ref_memory_mb, timings=phase)
+    ran_ok = {m["id"] for m in rres["probes"] if m["status"] == "ok"}
+    requests = {pid: req for pid, req in merge_requests(second_pass_requests(graded, rres),
+                                                         second_pass_floors or {}).items() if pid in ran_ok}
+    if requests:
+        t1 = lap("first_grade_s", t1)
+        sstatus, sres, sarr, sraw = run_reference(ref_src, seed, runner=runner, interpret=interpret,
+                                                  timeout_s=ref_timeout_s, memory_mb=ref_memory_mb,
+                                                  device=rres.get("reference_device") or ref_dev,
+                                                  floors_for=requests)
+        ran.append(("reference second pass", sraw))
+        rres2, rarr2 = _merged(rres, rarr, sres if sstatus == "ok" else {"probes": []}, sarr, requests,
+                               failure="" if sstatus == "ok" and sres.get("ok")
+                               else str(sres.get("error") or sstatus)[:300])
+        t1 = lap("second_pass_s", t1)
+        phase["second_pass_probes"] = sorted(requests)
+        graded = grade(rres2, rarr2, cand, cres.arrays or {}, profs, seed=int(seed), device=dev,
+                       constants=constants, only_gates=only_gates, isolated=grade_isolated, runner=runner,
+                       timeout_s=ref_timeout_s, memory_mb=ref_memory_mb, timings=phase)
     rows = []
     for prof in profs:
         rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
@@ -440,6 +473,125 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
                                weights_copied=bool(cand.get("weights_copied")), output_aliasing=bool(aliasing)))
     lap("grade_s", t1)
     return rows
+
+
+def _summaries(evidence: dict) -> list[dict]:
+    """The comparison summaries (gates.compare) in one probe's evidence: a value gate's outputs, CMP-02's checks."""
+    found = list(evidence.get("outputs") or [])
+    found += list((evidence.get("checks") or {}).values())
+    return [s for s in found if isinstance(s, dict)]
+
+
+def second_pass_requests(graded: dict[str, dict], ref: dict) -> dict[str, dict]:
+    """Which probes the reference's second pass measures floors for (lethe.verifier.reference.second_pass), from
+    every profile's gate rows: probe id -> {"mult": draws multiplier, "store": storage model}.
+
+    A probe is asked for when a gate of battery.SECOND_PASS_GATES failed on it by values alone (no shape mismatch,
+    no non-finite class changed: no floor can change those) and its worst failing element is within
+    SECOND_PASS_RATIO of its bound, or SECOND_PASS_RATIO_UNMEASURED where its floor was not measured (refused by
+    the budget's shares, or raised: "floor" in its evidence) or where one forward of the probe is cheap (the plan's
+    estimate ``est_s`` at most SECOND_PASS_CHEAP_S: a few draws' maximum can sit far below an honest error where the
+    signs cancel, two equal stored values moved by the same sign, and more draws cost little there). Each is asked for SECOND_PASS_MULT times the first
+    pass's draws and, on a forward probe, the storage model in the probe's dtype; the reference measures the draws
+    the plan's estimates say fit its budget (reference.second_pass). A pure function of the rows and the
+    reference's plan, so the same candidate asks for the same probes on every machine."""
+    run = {m["id"]: m for m in ref.get("probes") or [] if m.get("status") == "ok"}
+    out: dict[str, dict] = {}
+    for rows in graded.values():
+        for gid, row in rows.items():
+            if gid not in battery.SECOND_PASS_GATES or row.get("status") != "fail":
+                continue
+            probes = (json.loads(row.get("evidence") or "{}").get("probes") or {})
+            for pid, ev in probes.items():
+                if pid not in run or not isinstance(ev, dict) or ev.get("status") != "fail" or ev.get("second_pass"):
+                    continue
+                failed = [s for s in _summaries(ev) if not s.get("ok")]
+                if not failed or any(s.get("why") or s.get("new_nonfinite") or s.get("lost_nonfinite")
+                                     for s in failed):
+                    continue
+                worst = max(float(s.get("max_err_over_tol") or 0.0) for s in failed)
+                cheap = float(run[pid].get("est_s") or math.inf) <= battery.SECOND_PASS_CHEAP_S
+                if worst > (battery.SECOND_PASS_RATIO_UNMEASURED if ev.get("floor") or cheap
+                            else battery.SECOND_PASS_RATIO):
+                    continue
+                req = {"mult": battery.SECOND_PASS_MULT, "store": True}
+                out[pid] = merge_requests({pid: req}, out)[pid]
+    return dict(sorted(out.items()))
+
+
+def merge_requests(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
+    """Two sets of second-pass requests as one: per probe the larger multiplier and either's storage model."""
+    out = {k: dict(v) for k, v in a.items()}
+    for pid, req in b.items():
+        have = out.get(pid, {"mult": 1, "store": False})
+        out[pid] = {"mult": max(int(have["mult"]), int(req.get("mult", 1))),
+                    "store": bool(have["store"] or req.get("store"))}
+    return dict(sorted(out.items()))
+
+
+def recorded_requests(row: dict) -> dict[str, dict]:
+    """The second-pass requests a recorded row was graded with (each probe's ``second_pass`` in its gates'
+    evidence), for a replay of one of its gates."""
+    out: dict[str, dict] = {}
+    for g in (row.get("gates") or {}).values():
+        probes = json.loads(g.get("evidence") or "{}").get("probes") or {}
+        for pid, ev in probes.items():
+            req = ev.get("second_pass") if isinstance(ev, dict) else None
+            if req:
+                out = merge_requests(out, {pid: {"mult": req.get("mult", 1), "store": req.get("store", False)}})
+    return out
+
+
+def merge_second_pass(ref: dict, ref_arrays: dict, second: dict, second_arrays: dict, requests: dict[str, dict],
+                      failure: str = "") -> tuple[dict, dict]:
+    """The first pass's result and arrays with the second pass's floors in place of the requested probes' own
+    (new objects; the cached first pass is never changed). Each requested probe's meta records its request as
+    ``second_pass``, with ``not_measured`` and the reason where the second pass could not measure it (``failure``:
+    the whole pass did not run); such a probe keeps the first pass's floors."""
+    done = {m["id"]: m for m in second.get("probes") or []}
+    measured = set()
+    probes = []
+    for m in ref.get("probes") or []:
+        req = requests.get(m["id"])
+        if req is None:
+            probes.append(m)
+            continue
+        m = dict(m)
+        got = done.get(m["id"])
+        if not failure and got is not None and got.get("status") == "ok":
+            for k in battery.SECOND_PASS_META:
+                if k in got:
+                    m[k] = got[k]
+            m["second_pass"] = {**req, "mult_run": int(got.get("mult", req.get("mult", 1)))}
+            measured.add(m["id"])
+        else:
+            why = failure or (got or {}).get("reason") or "the second pass returned nothing for this probe"
+            m["second_pass"] = {**req, "not_measured": str(why)[:300]}
+        probes.append(m)
+    arrays = dict(ref_arrays)
+    arrays.update({k: v for k, v in second_arrays.items() if k.split("/")[1] in measured})
+    return {**ref, "probes": probes}, arrays
+
+
+# The merged results (merge_second_pass) of the last few second passes, kept with the objects they were made from,
+# so that candidates after the first of a cached reference and second pass are graded against the same objects and
+# reuse the bounds kept with them (_ref_memo).
+_MERGED: dict[tuple, tuple] = {}
+_MERGED_MAX = 2
+
+
+def _merged(ref: dict, ref_arrays: dict, second: dict, second_arrays: dict, requests: dict[str, dict],
+            failure: str = "") -> tuple[dict, dict]:
+    key = (id(ref), id(ref_arrays), id(second), id(second_arrays), json.dumps(requests, sort_keys=True), failure)
+    hit = _MERGED.pop(key, None)
+    if hit is None or any(a is not b for a, b in zip(hit[:4], (ref, ref_arrays, second, second_arrays),
+                                                     strict=True)):
+        hit = (ref, ref_arrays, second, second_arrays,
+               merge_second_pass(ref, ref_arrays, second, second_arrays, requests, failure))
+    _MERGED[key] = hit  # most recent last
+    while len(_MERGED) > _MERGED_MAX:
+        _MERGED.pop(next(iter(_MERGED)))
+    return hit[4]
 
 
 def grade(ref: dict, ref_arrays: dict, cand: dict, cand_arrays: dict, profs: list, *, seed: int, device: str,
@@ -587,7 +739,8 @@ def replay(row: dict, gate: str, *, ref_path: str | None = None, cand_path: str 
     if not rp or not cp:
         raise ValueError("row records no source paths; pass ref_path and cand_path")
     new = verify_files(rp, cp, profile=row["profile"], device=row["device"], seed=int(row["seed"]),
-                       kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner)
+                       kernel_id=row["id"], corpus=row["corpus"], only_gates=[gate], runner=runner,
+                       second_pass_floors=recorded_requests(row))
     old_g, new_g = row["gates"][gate], new["gates"][gate]
     from lethe.verifier.sources import read_source
 

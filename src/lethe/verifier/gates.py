@@ -363,8 +363,9 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
     function (gates that grade a probe with the same one share its comparison); by default the gate does.
     ``cond``: raise the tolerance to the reference's conditioning floor where one was measured
     (tolerance.with_cond_floor on ``p/<id>/cond<k>``); ``layer``: and to the any-order layer model's spread
-    (tolerance.with_layer_floor on ``p/<id>/layer<k>``, ORD-03's cancellation rows); ``store``: and to the storage
-    model's floor (tolerance.with_store_floor on ``p/<id>/store<k>``, PRC-02's half-precision rows)."""
+    (tolerance.with_layer_floor on ``p/<id>/layer<k>``, ORD-03's cancellation rows); ``store`` (or ``cond``): and to
+    the storage model's floor (tolerance.with_store_floor on ``p/<id>/store<k>``) where one was measured: PRC-02's
+    half-precision rows, and any probe whose floors the reference's second pass measured."""
     st = _probe_status(b, meta, gate)
     if st is not None:
         return {"status": st[0], "reason": st[1]}
@@ -390,7 +391,7 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
                     t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
                 if layer:
                     t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
-                if store:
+                if store or cond:
                     t = tol.with_store_floor(t, b.ref_arrays.get(f"p/{pid}/store{k}"), b.constants)
                 return t
             # The bound is the reference's alone: named like the comparison (tol_key names the function), without
@@ -418,10 +419,14 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
 
 def _with_floor_note(res: dict, meta: dict) -> dict:
     """``res`` with ``floor``: why the probe's conditioning floor was not measured (reference.floor_refusal,
-    an error while measuring), when it was not: the probe was then graded by the gate's own bound alone."""
+    an error while measuring), when it was not: the probe was then graded by the gate's own bound alone; and with
+    ``second_pass``: what the reference's second pass measured of this probe after the candidate ran (its request,
+    or why it could not: lethe.verifier.api.second_pass_requests), so that a row says which floors graded it."""
     cond = meta.get("cond") or {}
     if cond and not cond.get("draws"):
         res["floor"] = str(cond.get("reason", "not measured"))[:300]
+    if meta.get("second_pass"):
+        res["second_pass"] = meta["second_pass"]
     return res
 
 
@@ -664,9 +669,10 @@ def ord_03(b: Bundle) -> GateResult:
             key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"])
             if key not in b.memo:
                 t = b.ref_value(("ord03_offset", c, f"p/{pid}/ref{k}", m["dtype"], m["N"]),
-                                lambda r=r, sens=sens, k=k: tol.with_cond_floor(
+                                lambda r=r, sens=sens, k=k: tol.with_store_floor(tol.with_cond_floor(
                                     tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c),
-                                    b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c))
+                                    b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c),
+                                    b.ref_arrays.get(f"p/{pid}/store{k}"), c))
                 b.memo[key] = compare(r, outs[k], m["dtype"], t, b.profile)
             summaries.append(b.memo[key])
         bad = [k for k, s in enumerate(summaries) if not s["ok"]]

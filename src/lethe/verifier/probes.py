@@ -900,7 +900,8 @@ def offset_values(shape, gen: torch.Generator) -> torch.Tensor:
     return OFFSET + (torch.rand(shape, generator=gen, dtype=torch.float64) * 2.0 - 1.0)
 
 
-def offset_condition(run, x64: list[Any], outs: list[torch.Tensor], probe: Probe, seed: int) -> dict:
+def offset_condition(run, x64: list[Any], outs: list[torch.Tensor], probe: Probe, seed: int,
+                     draws: int = OFFSET_DRAWS) -> dict:
     """Applicability and conditioning of the ORD-03 offset probe, measured on the float64 reference.
 
     ``run(*inputs)`` returns the reference's flattened outputs; ``x64`` are the probe inputs in float64 (the first
@@ -914,7 +915,9 @@ def offset_condition(run, x64: list[Any], outs: list[torch.Tensor], probe: Probe
        with the offset removed; the probe applies when every output agrees within OFFSET_INVARIANCE_RTOL (integer
        outputs exactly). ``{"applies": False, "reason": ...}`` otherwise (the probe is then "na").
     2. Sensitivity (:func:`eps_sensitivity`): the reference is re-run on OFFSET_DRAWS inputs perturbed
-       elementwise by one relative eps of the probe dtype, with signs drawn from this probe's own generator.
+       elementwise by one relative eps of the probe dtype, with signs drawn from this probe's own generator
+       (``draws`` of them; more only in the reference's second pass, reference.SECOND_PASS_MULT: the first
+       OFFSET_DRAWS are the same draws, so the maximum never falls).
        ``sens[k]`` = max over draws of |f(x') - f(x)| for floating output k (None otherwise);
        tolerance.ord03_offset_bound turns it into the bound.
     """
@@ -953,10 +956,10 @@ def offset_condition(run, x64: list[Any], outs: list[torch.Tensor], probe: Probe
                           f"relative when the offset {OFFSET:g} is removed); the cancel probe covers this one"}
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 2)
     try:
-        sens = eps_sensitivity(run, x64, outs, tol.EPS[probe.dtype], gen)
+        sens = eps_sensitivity(run, x64, outs, tol.EPS[probe.dtype], gen, draws=draws)
     except ValueError as exc:
         return {"applies": False, "reason": f"offset probe: {exc}"}
-    return {"applies": True, "sens": sens, "invariance_dev": dev, "offset": OFFSET, "draws": OFFSET_DRAWS}
+    return {"applies": True, "sens": sens, "invariance_dev": dev, "offset": OFFSET, "draws": draws}
 
 
 def eps_sensitivity(run, x64: list[Any], outs: list[torch.Tensor], e: float, gen: torch.Generator,

@@ -34,6 +34,7 @@ import copy
 import math
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -48,6 +49,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lethe.verifier import battery
 from lethe.verifier import probes as P
 from lethe.verifier import tolerance as tol
 from lethe.verifier.sources import read_source  # noqa: F401 - reference.read_source stays valid
@@ -520,6 +522,8 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
             model_dev = copy.deepcopy(model64).to(device)
         except Exception as exc:  # noqa: BLE001 - a model that cannot move is computed on the CPU instead
             return _fault("cuda", f"the reference model cannot move to CUDA: {type(exc).__name__}: {exc}"[:500]), {}
+    if payload.get("floors_for"):
+        return second_pass(ns, model_dev, states, plan, payload["floors_for"], seed, budget, device)
     metas = []
     shape_floor = False  # set from the base probe: whether the CMP-03 shape variants measure their floor
     for probe in plan:
@@ -569,6 +573,92 @@ def _run_reference(payload: dict, workdir, budget: _Budget) -> tuple[dict, dict]
         "reference_device": device,
     }
     return result, out_arrays
+
+
+# The arrays a second pass returns of a probe: its floors (conditioning_spread) and the offset probe's sensitivity;
+# with them the meta entries that describe them (battery.SECOND_PASS_META).
+SECOND_PASS_KEY = re.compile(r"p/[^/]+/(?:(?:cond|layer|store|sens|gcond)\d+$|gcondpar/)")
+
+
+def second_pass(ns: dict, model_dev, states, plan: list, requests: dict, seed: int, budget: _Budget,
+                device: str) -> tuple[dict, dict]:
+    """The reference's second pass: the floors of the probes a candidate failed, measured after that candidate has
+    run (lethe.verifier.api.second_pass_requests says which and how), in a fresh reference process with the
+    reference's whole budget to itself.
+
+    Why. The first pass measures its optional floors within shares of the budget (:meth:`_Budget.floor_refusal`)
+    so that the probes every gate needs always run, and its conditioning floor is a maximum over a few random
+    draws. A correct kernel on a large, ill-conditioned problem then fails where the floor was refused, or where
+    one element in millions lands just above a few-draw maximum. Measuring a failing probe's floor afterwards
+    costs nothing when the candidate passes, leaks nothing to it (it has finished, and this process never meets
+    it), and raises only bounds: every floor is a maximum over a superset of the first pass's draws, so no probe
+    the first pass passed can fail. Probes are measured in plan order; one the time budget cuts off is reported
+    unmeasured ("na") and keeps the first pass's floor, as does every probe after it."""
+    order = {p.id: i for i, p in enumerate(plan)}
+    by_id = {p.id: p for p in plan}
+    metas: list[dict] = []
+    keep: dict[str, np.ndarray] = {}
+    pending = sorted(requests, key=lambda pid: order.get(pid, len(order)))
+    for n, pid in enumerate(pending):
+        probe = by_id.get(pid)
+        if probe is None or probe.skip:
+            metas.append({"id": pid, "status": "na", "reason": "not a run probe of this plan"})
+            continue
+        req = dict(requests[pid])
+        mult, why = _second_pass_draws(probe, req, budget)
+        if why:
+            metas.append({"id": pid, "status": "na", "reason": why})
+            continue
+        req["mult"] = mult
+        arrays: dict[str, np.ndarray] = {}
+        try:
+            meta = _run_probe(ns, model_dev, states, probe, seed, arrays, budget, device, request=req)
+        except ReferenceOverTime:
+            why = budget.time_error()
+            metas += [{"id": q, "status": "na", "reason": why} for q in pending[n:]]
+            break
+        budget.est_used += _second_pass_cost(probe, req)
+        keep.update({k: v for k, v in arrays.items() if SECOND_PASS_KEY.match(k)})
+        metas.append({"mult": mult, **{k: meta[k] for k in ("id", "status", "reason", *battery.SECOND_PASS_META)
+                                       if k in meta}})
+    return {"ok": True, "second_pass": True, "plan_version": P.PLAN_VERSION, "probes": metas,
+            "reference_device": device}, keep
+
+
+# The share of its time budget within which the second pass plans its draws (_second_pass_draws): the rest is the
+# margin of the plan's estimates.
+SECOND_PASS_TIME_SHARE = 0.8
+
+
+def _second_pass_cost(probe: P.Probe, req: dict) -> float:
+    """Estimated seconds of one probe in the second pass at ``req``'s draws: its own forwards and its floors' draws
+    at the plan's fixed-rate estimate of one forward at its shape (0 without an estimate)."""
+    est = probe.extra.get("est_s")
+    if est is None:
+        return 0.0
+    mult = int(req.get("mult", 1))
+    if probe.action == "backward":
+        draws = P.GRAD_COND_DRAWS * mult
+    else:
+        draws = (COND_DRAWS + P.extra_draws(probe)) * mult
+        draws += P.STORE_DRAWS * mult if req.get("store") and not P.stores_in_dtype(probe) else 0
+        draws += 2 * P.OFFSET_DRAWS * (mult - 1) if probe.kind == "offset" else 0  # as probes.forwards_run counts them
+    return est * (P.forwards_run(probe) + draws * _draw_forwards(probe))
+
+
+def _second_pass_draws(probe: P.Probe, req: dict, budget: _Budget) -> tuple[int, str]:
+    """The draws multiplier the second pass measures ``probe`` with, or why it measures nothing: the requested
+    multiplier when the plan's estimates say it fits SECOND_PASS_TIME_SHARE of the budget after the probes before
+    it, else the first pass's draws, else nothing. From the estimates alone, so the same on every machine."""
+    if not budget.timeout_s:
+        return int(req.get("mult", 1)), ""
+    room = SECOND_PASS_TIME_SHARE * budget.timeout_s - budget.est_used
+    for mult in sorted({int(req.get("mult", 1)), 1}, reverse=True):
+        if _second_pass_cost(probe, {**req, "mult": mult}) <= room:
+            return mult, ""
+    return 0, (f"not measured: an estimated {budget.est_used:.3g} s of second-pass work so far + "
+               f"{_second_pass_cost(probe, {**req, 'mult': 1}):.3g} s for this probe would pass "
+               f"{SECOND_PASS_TIME_SHARE:g} x the reference's {budget.timeout_s:g} s budget (the plan's estimates)")
 
 
 # Seed of the global generators for the determinism re-run: any value other than the one the first run saw
@@ -902,7 +992,7 @@ def _spread_update(acc: dict, key: str, base: np.ndarray, new: torch.Tensor) -> 
 
 
 def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: int, arrays: dict,
-                        ups: list | None = None) -> dict:
+                        ups: list | None = None, mult: int = 1, store: bool = False) -> dict:
     """Store, beside a probe's reference arrays, the per-element spread max_k |f(data_k) - f(data)| over
     COND_DRAWS draws of :class:`_PerturbedRun` (COND_PAIRS antithetic pairs): ``p/<id>/cond<k>`` for floating output k of a forward probe
     (and, for ORD-03's cancellation rows, ``p/<id>/layer<k>`` over the LAYER_DRAWS draws of
@@ -912,7 +1002,12 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     gradient and ``p/<id>/gcondpar/<name>`` for parameter gradients. That spread is what rounding the data
     alone already does to the exact answer; tolerance.cond_floor turns it into a floor under the bounds of
     the gates that read it (CMP-02, and probes.FLOOR_GATES on the probes probes.measures_floor names). Float64, seeded from the probe's own seed (deterministic), before any candidate exists. Returns
-    the meta entry (draws, u). The model's state is reloaded from ``state`` afterwards."""
+    the meta entry (draws, u). The model's state is reloaded from ``state`` afterwards.
+
+    The reference's second pass (:func:`second_pass`) asks for ``mult`` times the draws of each model (the first
+    draws are the same ones, from the same generator, so no element's spread falls) and, with ``store``, for the
+    storage model's draws on a forward probe of any dtype: storing every operator's result once in the probe's
+    dtype is what every implementation of the operator chain does, fp32 included."""
     pid = probe.id
     u = cond_unit(probe.dtype)
     gen = torch.Generator().manual_seed(probe.rng_seed(seed) + 3)
@@ -920,10 +1015,15 @@ def conditioning_spread(model64, state: dict, x64: list, probe: P.Probe, seed: i
     try:
         # ORD-03's cancellation rows also get LAYER_DRAWS draws of the any-order layer model, PRC-02's half-precision
         # rows STORE_DRAWS draws of the storage model (one antithetic pair each); a backward probe neither
-        kinds = ["cond"] * (COND_DRAWS if ups is None else P.GRAD_COND_DRAWS)
-        if ups is None:
-            kinds += ["layer"] * (P.LAYER_DRAWS if probe.kind == "cancel" else 0)
-            kinds += ["store"] * (P.STORE_DRAWS if P.stores_in_dtype(probe) else 0)
+        counts = {"cond": COND_DRAWS if ups is None else P.GRAD_COND_DRAWS,
+                  "layer": P.LAYER_DRAWS if ups is None and probe.kind == "cancel" else 0,
+                  "store": P.STORE_DRAWS if ups is None and P.stores_in_dtype(probe) else 0}
+        kinds = [k for k, n in counts.items() for _ in range(n)]
+        # the second pass's draws come after the first pass's, which it repeats (the same signs, in order)
+        more = {k: n * (mult - 1) for k, n in counts.items()}
+        if store and ups is None:
+            more["store"] = P.STORE_DRAWS * mult - counts["store"]
+        kinds += [k for k, n in more.items() for _ in range(n)]
         runs = {"cond": lambda sign: _PerturbedRun(model64, u, gen, sign=sign),
                 "layer": lambda sign: _LayerRoundingRun(model64, probe.dtype, gen, sign=sign),
                 "store": lambda sign: _StoreRoundingRun(model64, probe.dtype, gen, sign=sign)}
@@ -976,12 +1076,20 @@ RAISED = "reference raised: "
 
 
 def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dict,
-               budget: _Budget | None = None, device: str = "cpu", shape_floor: bool = False) -> dict:
+               budget: _Budget | None = None, device: str = "cpu", shape_floor: bool = False,
+               request: dict | None = None) -> dict:
+    """Run one probe of the plan on the float64 reference: its inputs, outputs (gradients for the backward probe)
+    and what its gates read beside them (floors, sensitivities, sum|terms|) into ``arrays``; returns its meta.
+    ``request`` (the second pass, :func:`second_pass`): measure the probe's floors whatever the budget's shares
+    say, with ``mult`` times the draws and, with ``store``, the storage model's."""
     budget = budget or _Budget(None)
+    mult = int((request or {}).get("mult", 1))
     pid = probe.id
     meta: dict[str, Any] = {"id": pid, "kind": probe.kind, "gates": list(probe.gates), "action": probe.action,
                             "dtype": probe.dtype, "patch": [list(p) for p in probe.patch], "status": "ok",
                             "reason": ""}
+    if probe.extra.get("est_s") is not None:  # the plan's estimate of one forward (api.second_pass_requests)
+        meta["est_s"] = float(probe.extra["est_s"])
     if probe.skip:  # planned but not run (the per-problem budget, the interpreter rule): the plan says why
         meta.update(status="na", reason=probe.skip, skip=True)
         return meta
@@ -1071,7 +1179,8 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
             if "CMP-02" in probe.gates:
                 budget.enter(f"measuring the gradients' conditioning on probe {pid}")
                 try:
-                    meta["cond"] = conditioning_spread(model64, states[probe.dtype], x64, probe, seed, arrays, ups)
+                    meta["cond"] = conditioning_spread(model64, states[probe.dtype], x64, probe, seed, arrays, ups,
+                                                       mult=mult)
                 except Exception as exc:  # noqa: BLE001 - without a spread the gate grades with grad_tol alone
                     if is_memory_error(exc):
                         raise
@@ -1103,7 +1212,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
             if probe.kind == "offset":  # ORD-03: applies to shift-invariant operators; their sensitivity
                 unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]
                 cond = P.offset_condition(lambda *xs: flatten(ref(*xs)), unmutated, [o.detach() for o in outs],
-                                          probe, seed)
+                                          probe, seed, draws=P.OFFSET_DRAWS * mult)
                 if not cond["applies"]:
                     for j in range(len(inputs)):
                         arrays.pop(f"p/{pid}/in{j}", None)  # never shipped to the candidate
@@ -1129,7 +1238,7 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
     meta["outputs"] = ometa
     refusal = ""
     shape_variant_floor = shape_floor and P.is_shape_variant(probe)
-    if measures_optional_floor(probe, shape_floor):
+    if measures_optional_floor(probe, shape_floor) and request is None:
         # each draw is one more forward of this probe, charged at the plan's estimate of its shape
         draws = P.COND_DRAWS + P.extra_draws(probe)
         nbytes = sum(8 * int(np.prod(o["shape"])) for o in ometa)
@@ -1139,11 +1248,13 @@ def _run_probe(ns: dict, model64, states, probe: P.Probe, seed: int, arrays: dic
                        f"{SHAPE_FLOOR_MAX_MB:g} MB")
         if refusal:
             meta["cond"] = {"draws": 0, "reason": refusal}
-    if (P.measures_floor(probe) or shape_variant_floor) and not refusal:
+    if (P.measures_floor(probe) or shape_variant_floor or (request is not None and probe.action == "forward")) \
+            and not refusal:
         budget.enter(f"measuring the outputs' conditioning on probe {pid}")
         try:
             unmutated = [b if b is not None else x for x, b in zip(x64, before, strict=True)]
-            meta["cond"] = conditioning_spread(model64, states[probe.dtype], unmutated, probe, seed, arrays)
+            meta["cond"] = conditioning_spread(model64, states[probe.dtype], unmutated, probe, seed, arrays,
+                                               mult=mult, store=bool((request or {}).get("store")))
         except Exception as exc:  # noqa: BLE001 - without a spread the gate grades with value_tol alone
             if is_memory_error(exc):
                 return out_of_memory(exc)
