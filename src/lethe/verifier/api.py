@@ -514,18 +514,21 @@ def second_pass_requests(graded: dict[str, dict], ref: dict) -> dict[str, dict]:
                 if worst > (battery.SECOND_PASS_RATIO_UNMEASURED if ev.get("floor") or cheap
                             else battery.SECOND_PASS_RATIO):
                     continue
-                req = {"mult": battery.SECOND_PASS_MULT, "store": True}
+                unmeasured = not (run[pid].get("cond") or {}).get("draws")
+                req = {"mult": battery.SECOND_PASS_MULT, "store": True, "unmeasured": unmeasured}
                 out[pid] = merge_requests({pid: req}, out)[pid]
     return dict(sorted(out.items()))
 
 
 def merge_requests(a: dict[str, dict], b: dict[str, dict]) -> dict[str, dict]:
-    """Two sets of second-pass requests as one: per probe the larger multiplier and either's storage model."""
+    """Two sets of second-pass requests as one: per probe the larger multiplier, either's storage model, and
+    ``unmeasured`` when either says the first pass measured no floor."""
     out = {k: dict(v) for k, v in a.items()}
     for pid, req in b.items():
-        have = out.get(pid, {"mult": 1, "store": False})
-        out[pid] = {"mult": max(int(have["mult"]), int(req.get("mult", 1))),
-                    "store": bool(have["store"] or req.get("store"))}
+        have = out.get(pid, {"mult": 1, "store": False, "unmeasured": False})
+        out[pid] = {"mult": max(int(have.get("mult", 1)), int(req.get("mult", 1))),
+                    "store": bool(have.get("store") or req.get("store")),
+                    "unmeasured": bool(have.get("unmeasured") or req.get("unmeasured"))}
     return dict(sorted(out.items()))
 
 
@@ -538,7 +541,7 @@ def recorded_requests(row: dict) -> dict[str, dict]:
         for pid, ev in probes.items():
             req = ev.get("second_pass") if isinstance(ev, dict) else None
             if req:
-                out = merge_requests(out, {pid: {"mult": req.get("mult", 1), "store": req.get("store", False)}})
+                out = merge_requests(out, {pid: {k: req[k] for k in ("mult", "store", "unmeasured") if k in req}})
     return out
 
 

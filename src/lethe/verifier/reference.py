@@ -592,40 +592,61 @@ def second_pass(ns: dict, model_dev, states, plan: list, requests: dict, seed: i
     one element in millions lands just above a few-draw maximum. Measuring a failing probe's floor afterwards
     costs nothing when the candidate passes, leaks nothing to it (it has finished, and this process never meets
     it), and raises only bounds: every floor is a maximum over a superset of the first pass's draws, so no probe
-    the first pass passed can fail. Probes are measured in plan order; one the time budget cuts off is reported
-    unmeasured ("na") and keeps the first pass's floor, as does every probe after it."""
-    order = {p.id: i for i, p in enumerate(plan)}
+    the first pass passed can fail.
+
+    Two rounds, each in ascending order of the plan's estimated cost (cheap probes first): the probes whose floors
+    the first pass did not measure (``unmeasured`` in the request) at the first pass's draws, then every probe at
+    its requested multiple of them where the plan's estimates (:func:`_second_pass_cost`) still fit
+    SECOND_PASS_TIME_SHARE of the budget (a probe's second measurement replaces its first). A probe neither round could afford is reported unmeasured ("na") with the
+    reason and keeps the first pass's floor; so is every probe the hard time budget cuts off."""
     by_id = {p.id: p for p in plan}
-    metas: list[dict] = []
+    order = {p.id: i for i, p in enumerate(plan)}
+    done: dict[str, dict] = {}
     keep: dict[str, np.ndarray] = {}
-    pending = sorted(requests, key=lambda pid: order.get(pid, len(order)))
-    for n, pid in enumerate(pending):
+    runnable = []
+    for pid in requests:
         probe = by_id.get(pid)
         if probe is None or probe.skip:
-            metas.append({"id": pid, "status": "na", "reason": "not a run probe of this plan"})
+            done[pid] = {"id": pid, "status": "na", "reason": "not a run probe of this plan"}
+        else:
+            runnable.append(pid)
+    runnable.sort(key=lambda pid: (_second_pass_cost(by_id[pid], {**requests[pid], "mult": 1}), order[pid]))
+    rounds = [(pid, 1) for pid in runnable if requests[pid].get("unmeasured")]
+    rounds += [(pid, int(requests[pid].get("mult", 1))) for pid in runnable if int(requests[pid].get("mult", 1)) > 1]
+    for pid, mult in rounds:
+        probe = by_id[pid]
+        req = {**requests[pid], "mult": mult}
+        cost = _second_pass_cost(probe, req)
+        room = SECOND_PASS_TIME_SHARE * budget.timeout_s - budget.est_used if budget.timeout_s else math.inf
+        if cost > room:
+            if pid not in done:
+                done[pid] = {"id": pid, "status": "na", "reason": (
+                    f"not measured: an estimated {budget.est_used:.3g} s of second-pass work so far + {cost:.3g} s "
+                    f"for this probe would pass {SECOND_PASS_TIME_SHARE:g} x the reference's {budget.timeout_s:g} s "
+                    f"budget (the plan's estimates)")}
             continue
-        req = dict(requests[pid])
-        mult, why = _second_pass_draws(probe, req, budget)
-        if why:
-            metas.append({"id": pid, "status": "na", "reason": why})
-            continue
-        req["mult"] = mult
         arrays: dict[str, np.ndarray] = {}
         try:
             meta = _run_probe(ns, model_dev, states, probe, seed, arrays, budget, device, request=req)
         except ReferenceOverTime:
             why = budget.time_error()
-            metas += [{"id": q, "status": "na", "reason": why} for q in pending[n:]]
+            for q, _m in rounds:
+                done.setdefault(q, {"id": q, "status": "na", "reason": why})
             break
-        budget.est_used += _second_pass_cost(probe, req)
-        keep.update({k: v for k, v in arrays.items() if SECOND_PASS_KEY.match(k)})
-        metas.append({"mult": mult, **{k: meta[k] for k in ("id", "status", "reason", *battery.SECOND_PASS_META)
-                                       if k in meta}})
+        budget.est_used += cost
+        if meta.get("status") != "ok" and done.get(pid, {}).get("status") == "ok":
+            continue  # a failed second measurement keeps the first
+        keep.update({k: v for k, v in arrays.items() if SECOND_PASS_KEY.match(k) and k.split("/")[1] == pid})
+        done[pid] = {"mult": mult, **{k: meta[k] for k in ("id", "status", "reason", *battery.SECOND_PASS_META)
+                                      if k in meta}}
+    for pid in runnable:  # asked for more draws than the budget allowed, and measured in neither round
+        done.setdefault(pid, {"id": pid, "status": "na", "reason": "not measured: no round could afford it"})
+    metas = [done[pid] for pid in sorted(done, key=lambda q: order.get(q, len(order)))]
     return {"ok": True, "second_pass": True, "plan_version": P.PLAN_VERSION, "probes": metas,
             "reference_device": device}, keep
 
 
-# The share of its time budget within which the second pass plans its draws (_second_pass_draws): the rest is the
+# The share of its time budget within which the second pass plans its draws (second_pass): the rest is the
 # margin of the plan's estimates.
 SECOND_PASS_TIME_SHARE = 0.8
 
@@ -644,21 +665,6 @@ def _second_pass_cost(probe: P.Probe, req: dict) -> float:
         draws += P.STORE_DRAWS * mult if req.get("store") and not P.stores_in_dtype(probe) else 0
         draws += 2 * P.OFFSET_DRAWS * (mult - 1) if probe.kind == "offset" else 0  # as probes.forwards_run counts them
     return est * (P.forwards_run(probe) + draws * _draw_forwards(probe))
-
-
-def _second_pass_draws(probe: P.Probe, req: dict, budget: _Budget) -> tuple[int, str]:
-    """The draws multiplier the second pass measures ``probe`` with, or why it measures nothing: the requested
-    multiplier when the plan's estimates say it fits SECOND_PASS_TIME_SHARE of the budget after the probes before
-    it, else the first pass's draws, else nothing. From the estimates alone, so the same on every machine."""
-    if not budget.timeout_s:
-        return int(req.get("mult", 1)), ""
-    room = SECOND_PASS_TIME_SHARE * budget.timeout_s - budget.est_used
-    for mult in sorted({int(req.get("mult", 1)), 1}, reverse=True):
-        if _second_pass_cost(probe, {**req, "mult": mult}) <= room:
-            return mult, ""
-    return 0, (f"not measured: an estimated {budget.est_used:.3g} s of second-pass work so far + "
-               f"{_second_pass_cost(probe, {**req, 'mult': 1}):.3g} s for this probe would pass "
-               f"{SECOND_PASS_TIME_SHARE:g} x the reference's {budget.timeout_s:g} s budget (the plan's estimates)")
 
 
 # Seed of the global generators for the determinism re-run: any value other than the one the first run saw
