@@ -147,20 +147,24 @@ class ProfileMemo:
                                                      sort_keys=True),
                                   gates=R.na_gates(f"row status {row_status}", int(seed)))
                     for p in self.profiles}
-        # ref_timeout_s: the reference's second pass (after a failing candidate) gets the kernel's budget too, so
-        # that one kernel's verification stays within the shard's backstop (backstop_s).
+        # The reference's second pass (after a failing candidate) keeps the verifier's default time budget, within
+        # which it plans its draws by the plan's estimates (several times the real time: at the kernel's own
+        # budget it could afford almost none of a large problem's floors), and the kernel's memory budget.
         rows = verify_profiles(ref_src, cand_src, profiles=self.profiles, device=device, seed=seed,
                                timeout_s=timeout_s, memory_mb=self.memory_mb, kernel_id=kernel_id, corpus=corpus,
                                op_class="trusted", reference_device=self.reference_device,
-                               ref_timeout_s=timeout_s, ref_memory_mb=self.ref_memory_mb)
+                               ref_memory_mb=self.ref_memory_mb)
         return {r["profile"]: r for r in rows}
 
 
 def backstop_s(budget_s: float) -> float:
     """How long ``run_shard`` waits for one kernel before it writes a timeout row: the verifier enforces the
-    budget itself, once per sandboxed phase (reference, candidate, ahead-of-time pass, and the reference's second
-    pass after a failing candidate), so the backstop only catches a hung verifier."""
-    return 4.0 * budget_s
+    budget itself, once per sandboxed phase (reference, candidate, ahead-of-time pass), and the reference's second
+    pass after a failing candidate under the verifier's default reference budget, so the backstop only catches a
+    hung verifier."""
+    from lethe.verifier import api
+
+    return 3.0 * budget_s + api.REF_TIMEOUT_S
 
 
 def _deadline(stop_after_s: float | None, stop_at: str | None, now: float | None = None) -> float | None:
