@@ -379,8 +379,9 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
         return {"status": "error", "reason": "candidate output arrays missing"}
     summaries = []
     for k in range(n):
+        nf = meta.get("N_floor", meta["N"])  # the floor's reduction length (reference._ReductionLengths)
         key = b.compare_key(f"p/{pid}/ref{k}", "value", tol_key or (gate,), meta["dtype"], meta["N"],
-                            alt_prefix)
+                            alt_prefix, nf)
         if key not in b.memo:
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
             alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
@@ -388,7 +389,7 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             def bound(r=r, k=k) -> np.ndarray | float:
                 t = tol_fn(r, meta["dtype"], meta["N"])
                 if cond:
-                    t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), meta["N"], b.constants)
+                    t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), nf, b.constants)
                 if layer:
                     t = tol.with_layer_floor(t, b.ref_arrays.get(f"p/{pid}/layer{k}"))
                 if store or cond:
@@ -397,7 +398,7 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             # The bound is the reference's alone: named like the comparison (tol_key names the function), without
             # what only the comparison reads (the candidate's output, the alternative reference, NaN skipping).
             t = (b.ref_value(("tol", b.constants, f"p/{pid}/ref{k}", tol_key or (gate,), meta["dtype"], meta["N"],
-                              cond, layer, store), bound)
+                              cond, layer, store, nf), bound)
                  if np.issubdtype(r.dtype, np.floating) else 0.0)
             b.memo[key] = compare(r, outs[k], meta["dtype"], t, b.profile, alt_ref=alt)
         summaries.append(b.memo[key])
@@ -666,12 +667,13 @@ def ord_03(b: Bundle) -> GateResult:
             sens = b.ref_arrays.get(f"p/{pid}/sens{k}")
             if sens is None:
                 return {"status": "error", "reason": f"reference sensitivity of output {k} missing"}
-            key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"])
+            nf = m.get("N_floor", m["N"])
+            key = b.compare_key(f"p/{pid}/ref{k}", "ord03_offset", m["dtype"], m["N"], nf)
             if key not in b.memo:
-                t = b.ref_value(("ord03_offset", c, f"p/{pid}/ref{k}", m["dtype"], m["N"]),
-                                lambda r=r, sens=sens, k=k: tol.with_store_floor(tol.with_cond_floor(
+                t = b.ref_value(("ord03_offset", c, f"p/{pid}/ref{k}", m["dtype"], m["N"], nf),
+                                lambda r=r, sens=sens, k=k, nf=nf: tol.with_store_floor(tol.with_cond_floor(
                                     tol.ord03_offset_bound(r, sens, m["dtype"], m["N"], c),
-                                    b.ref_arrays.get(f"p/{pid}/cond{k}"), m["N"], c),
+                                    b.ref_arrays.get(f"p/{pid}/cond{k}"), nf, c),
                                     b.ref_arrays.get(f"p/{pid}/store{k}"), c))
                 b.memo[key] = compare(r, outs[k], m["dtype"], t, b.profile)
             summaries.append(b.memo[key])
