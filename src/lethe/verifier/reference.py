@@ -215,7 +215,7 @@ def ill_conditioned(arrays: dict, base_meta: dict) -> bool:
         if r is None or spread is None or not np.issubdtype(r.dtype, np.floating) or spread.shape != r.shape:
             continue
         vt = tol.value_tol(r, base_meta["dtype"], base_meta["N"])
-        if np.any(tol.cond_floor(spread, base_meta.get("N_floor", base_meta["N"])) > ILL_FACTOR * vt):
+        if np.any(tol.cond_floor(spread, base_meta["N"]) > ILL_FACTOR * vt):
             return True
     return False
 
@@ -757,8 +757,13 @@ def _rounding_move(t: torch.Tensor, u: float, tiny: float, gen: torch.Generator)
     inputs followed by a group norm erred 18x above the relative floor (KernelBench L2/61, trusted-corpus defect
     D12). Above ``tiny`` the move is the relative one it always was."""
     d = _signs(t.shape, gen, t.device)
-    # the relative move exactly as before where |t| >= tiny (the same bits); the absolute one below it
-    return torch.where((t.abs() >= tiny) | (t == 0), t * (1.0 + u * d), t + u * d * torch.sign(t) * tiny)
+    moved = t * (1.0 + u * d)  # the relative move, exactly as before where |t| >= tiny (the same bits)
+    a = t.abs()
+    small = a < tiny
+    if bool(small.any()):  # most tensors hold no value below tiny: one comparison and no second pass for them
+        small &= a > 0
+        moved = torch.where(small, t + u * d * torch.sign(t) * tiny, moved)
+    return moved
 
 
 class _PerturbedRun:
