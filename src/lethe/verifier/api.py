@@ -328,7 +328,8 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     imports torch; for a process that verifies once (the ``lethe verify`` command), not for a long-lived one.
 
     When a probe fails whose floor the reference refused or whose failure is marginal, the reference's second pass
-    measures that probe's floors and every profile is graded again (:func:`second_pass_requests`); a replay passes
+    measures that probe's floors and the profile is graded again (:func:`second_pass_requests`, per profile, so a
+    profile's row does not depend on which other profiles were graded with it); a replay passes
     the requests its row recorded as ``second_pass_floors`` (:func:`recorded_requests`), so it grades with the
     floors the row was graded with.
     """
@@ -446,27 +447,37 @@ def verify_profiles(ref_src: str, cand_src: str, *, profiles=("strict",), device
     graded = grade(rres, rarr, cand, cres.arrays or {}, profs, seed=int(seed), device=dev, constants=constants,
                    only_gates=only_gates, isolated=grade_isolated, runner=runner, timeout_s=ref_timeout_s,
                    memory_mb=ref_memory_mb, timings=phase)
+    # The second pass is asked for per profile, from that profile's own failures, so that a profile's row is the
+    # row a run of that profile alone gives; profiles asking for the same probes share one second pass.
     ran_ok = {m["id"] for m in rres["probes"] if m["status"] == "ok"}
-    requests = {pid: req for pid, req in merge_requests(second_pass_requests(graded, rres),
-                                                         second_pass_floors or {}).items() if pid in ran_ok}
-    if requests:
+    groups: dict[str, tuple[dict, list]] = {}
+    for prof in profs:
+        req = {pid: r for pid, r in merge_requests(second_pass_requests({prof.name: graded[prof.name]}, rres),
+                                                    second_pass_floors or {}).items() if pid in ran_ok}
+        if req:
+            groups.setdefault(json.dumps(req, sort_keys=True), (req, []))[1].append(prof)
+    ran_of = {prof.name: list(ran) for prof in profs}
+    if groups:
         t1 = lap("first_grade_s", t1)
+    for requests, group in groups.values():
         sstatus, sres, sarr, sraw = run_reference(ref_src, seed, runner=runner, interpret=interpret,
                                                   timeout_s=ref_timeout_s, memory_mb=ref_memory_mb,
                                                   device=rres.get("reference_device") or ref_dev,
                                                   floors_for=requests)
-        ran.append(("reference second pass", sraw))
         rres2, rarr2 = _merged(rres, rarr, sres if sstatus == "ok" else {"probes": []}, sarr, requests,
                                failure="" if sstatus == "ok" and sres.get("ok")
                                else str(sres.get("error") or sstatus)[:300])
+        phase.setdefault("second_pass_probes", []).append(sorted(requests))
+        graded.update(grade(rres2, rarr2, cand, cres.arrays or {}, group, seed=int(seed), device=dev,
+                            constants=constants, only_gates=only_gates, isolated=grade_isolated, runner=runner,
+                            timeout_s=ref_timeout_s, memory_mb=ref_memory_mb, timings=phase))
+        for prof in group:
+            ran_of[prof.name].append(("reference second pass", sraw))
+    if groups:
         t1 = lap("second_pass_s", t1)
-        phase["second_pass_probes"] = sorted(requests)
-        graded = grade(rres2, rarr2, cand, cres.arrays or {}, profs, seed=int(seed), device=dev,
-                       constants=constants, only_gates=only_gates, isolated=grade_isolated, runner=runner,
-                       timeout_s=ref_timeout_s, memory_mb=ref_memory_mb, timings=phase)
     rows = []
     for prof in profs:
-        rows.append(R.make_row(**base, **isolation_fields(ran), profile=prof.name,
+        rows.append(R.make_row(**base, **isolation_fields(ran_of[prof.name]), profile=prof.name,
                                seconds=round(time.perf_counter() - t0, 3),
                                status="gated", gates=graded[prof.name],
                                compile_seconds=round(cand.get("compile_seconds", 0) + build.get("seconds", 0.0), 3),
