@@ -386,7 +386,7 @@ def _value_probe(b: Bundle, meta: dict, gate: str, tol_fn: Callable[[np.ndarray,
             r = b.ref_arrays[f"p/{pid}/ref{k}"]
             alt = b.ref_arrays.get(f"p/{pid}/{alt_prefix}{k}") if alt_prefix else None
 
-            def bound(r=r, k=k) -> np.ndarray | float:
+            def bound(r=r, k=k, nf=nf) -> np.ndarray | float:
                 t = tol_fn(r, meta["dtype"], meta["N"])
                 if cond:
                     t = tol.with_cond_floor(t, b.ref_arrays.get(f"p/{pid}/cond{k}"), nf, b.constants)

@@ -972,19 +972,12 @@ _EXACT_OPS = frozenset({
 })
 
 
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= int(x)
-    return out
-
-
 def _reduced(shape, dims) -> int:
     """The number of elements one output of a reduction over ``dims`` of ``shape`` sums (all of them for none)."""
     if not dims:
-        return _prod(shape)
+        return math.prod(shape)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    return _prod(shape[d] for d in dims) if shape else 1
+    return math.prod(shape[d] for d in dims) if shape else 1
 
 
 class _ReductionLengths(TorchDispatchMode):
@@ -1012,9 +1005,9 @@ class _ReductionLengths(TorchDispatchMode):
             x, w, _b, stride, _pad, _dil, transposed, _op, groups = a[:9]
             k = list(w.shape[2:])
             if transposed:  # weight [Cin, Cout / g, *k]: each output sums Cin / g channels over ceil(k / stride) taps
-                return int(w.shape[0] // max(int(groups), 1)) * _prod(-(-ki // max(int(si), 1))
+                return int(w.shape[0] // max(int(groups), 1)) * math.prod(-(-ki // max(int(si), 1))
                                                                     for ki, si in zip(k, stride, strict=False))
-            return int(w.shape[1]) * _prod(k)
+            return int(w.shape[1]) * math.prod(k)
         if name in ("mm", "bmm", "matmul", "dot", "mv") and len(a) >= 1 and getattr(a[0], "dim", lambda: 0)() >= 1:
             return int(a[0].shape[-1])
         if name in ("addmm", "baddbmm", "addbmm", "addmv") and len(a) >= 2:
@@ -1022,7 +1015,7 @@ class _ReductionLengths(TorchDispatchMode):
         if name == "native_group_norm" and len(a) >= 8:
             return int(a[3]) // max(int(a[7]), 1) * int(a[5])
         if name == "native_layer_norm" and len(a) >= 2:
-            return _prod(a[1])
+            return math.prod(a[1])
         if name in ("native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
                     "_native_batch_norm_legit_functional") and a and a[0].dim() >= 2:
             return a[0].numel() // max(int(a[0].shape[1]), 1)
